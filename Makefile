@@ -1,0 +1,47 @@
+# dpbook: two commands do all the set-up on a machine that has python3 (>= 3.10), make and git.
+#   make test   create .venv if missing, install, run the whole test suite
+#   make book   create .venv if missing, install, execute the notebooks (cached), build the HTML book
+# Override the interpreter with `make PYTHON=python3.12 test`.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.dpbook-installed
+PYTEST_ARGS ?=
+
+.PHONY: test book install bench clean clean-book
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null || { \
+	  echo "dpbook: needs Python >= 3.10, but '$(PYTHON)' is: $$($(PYTHON) --version 2>&1 || echo 'not found')."; \
+	  echo "        Install Python 3.10 or newer and rerun with it, e.g.  make PYTHON=python3.11 $(MAKECMDGOALS)"; \
+	  exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
+	  echo "dpbook: could not create the virtual environment $(VENV) with '$(PYTHON) -m venv'."; \
+	  echo "        On Debian/Ubuntu install the venv module (apt-get install python3-venv), then rerun make."; \
+	  rm -rf $(VENV); exit 1; }
+	@echo "dpbook: installing requirements.txt into $(VENV) (first time: about 4-5 minutes and 6 GB)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt && \
+	 $(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . || { \
+	  echo "dpbook: the install failed (see pip's message above). Check the network access to the package index"; \
+	  echo "        and the free disk space (about 6 GB are needed), then rerun make; 'make clean' starts over."; \
+	  exit 1; }
+	@touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
+	@echo "dpbook: the book is at $(CURDIR)/_build/html/index.html"
+
+bench: $(STAMP)
+	$(PY) -m dpbook.bench
+
+clean-book:
+	rm -rf _build
+
+clean: clean-book
+	rm -rf $(VENV) tests/_executed .pytest_cache

@@ -1,0 +1,7 @@
+"""dpbook: differentially private deep learning with adaptive clipping, as a readable reference library.
+
+Every algorithm of the book lives here; the notebooks import it and explain it.
+See ``dpbook.methods`` for the registry of private-step methods.
+"""
+
+__version__ = "0.1.0"
