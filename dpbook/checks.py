@@ -1,0 +1,66 @@
+"""Validation of hyperparameters: every bad value raises a ValueError that names it, its value and the valid range.
+
+``hint`` adds what the parameter means or how to fix it, e.g. ``rate("sample_rate", q, "q = B/N")``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def _fail(name: str, requirement: str, value, hint: str):
+    extra = f" ({hint})" if hint else ""
+    raise ValueError(f"{name} must be {requirement}{extra}, got {value!r}")
+
+
+def real(name: str, value, hint: str = "") -> float:
+    """``value`` as a float (python, numpy or 0-d tensor numbers; not strings, bools or NaN)."""
+    if isinstance(value, (str, bytes, bool)):
+        _fail(name, "a real number", value, hint)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        _fail(name, "a real number", value, hint)
+    if math.isnan(v):
+        _fail(name, "a real number, not NaN", value, hint)
+    return v
+
+
+def positive(name: str, value, hint: str = "") -> float:
+    """A finite number > 0."""
+    v = real(name, value, hint)
+    if not 0 < v < math.inf:
+        _fail(name, "a finite number > 0", value, hint)
+    return v
+
+
+def non_negative(name: str, value, hint: str = "", *, allow_inf: bool = False) -> float:
+    """A number >= 0 (finite unless ``allow_inf``)."""
+    v = real(name, value, hint)
+    if v < 0 or (v == math.inf and not allow_inf):
+        _fail(name, ">= 0" if allow_inf else "a finite number >= 0", value, hint)
+    return v
+
+
+def rate(name: str, value, hint: str = "") -> float:
+    """A sampling probability in (0, 1]."""
+    v = real(name, value, hint)
+    if not 0 < v <= 1:
+        _fail(name, "in (0, 1]", value, hint or "a sampling probability")
+    return v
+
+
+def open_unit(name: str, value, hint: str = "") -> float:
+    """A number strictly between 0 and 1 (delta, a target quantile p)."""
+    v = real(name, value, hint)
+    if not 0 < v < 1:
+        _fail(name, "in (0, 1)", value, hint)
+    return v
+
+
+def integer(name: str, value, minimum: int = 1) -> int:
+    """An integer >= ``minimum`` (python or numpy integers; not floats or bools)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        _fail(name, f"an integer >= {minimum}", value, "")
+    return int(value)
