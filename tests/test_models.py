@@ -1,0 +1,172 @@
+"""Tests of dpbook.models: exact sizes, shapes, no BatchNorm, and per-sample gradients equal to a per-example loop."""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+
+import pytest
+import torch
+import torchvision
+from opacus import GradSampleModule
+from opacus.validators import ModuleValidator
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from dpbook.models import (
+    MODELS,
+    build_model,
+    check_no_batchnorm,
+    cifar10_cnn,
+    count_parameters,
+    digits_cnn,
+    mnist_cnn,
+    replace_batchnorm,
+    resnet9,
+    resnet18_gn,
+    resnet34_gn,
+)
+
+PARAMETERS = {
+    "mnist_cnn": 26_010,
+    "cifar10_cnn": 550_570,
+    "resnet18_gn": 11_181_642,
+    "resnet34_gn": 21_289_802,
+    "resnet9": 6_573_130,
+    "digits_cnn": 6_090,
+}
+
+INPUT_SHAPE = {
+    "mnist_cnn": (1, 28, 28),
+    "cifar10_cnn": (3, 32, 32),
+    "resnet18_gn": (3, 32, 32),
+    "resnet34_gn": (3, 32, 32),
+    "resnet9": (3, 32, 32),
+    "digits_cnn": (1, 8, 8),
+}
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, nn.Module]:
+    torch.manual_seed(0)
+    return {name: build_model(name) for name in MODELS}
+
+
+def test_registry_is_complete():
+    assert set(MODELS) == set(PARAMETERS)
+
+
+@pytest.mark.parametrize("name", list(PARAMETERS))
+def test_parameter_count_and_forward_shape(models, name):
+    model = models[name]
+    assert count_parameters(model) == PARAMETERS[name]
+    with torch.no_grad():
+        assert model(torch.randn(2, *INPUT_SHAPE[name])).shape == (2, 10)
+
+
+def test_options_change_sizes_as_documented():
+    assert count_parameters(resnet18_gn(num_classes=1000)) == 11_689_512
+    assert count_parameters(resnet34_gn(num_classes=1000)) == 21_797_672
+    assert count_parameters(digits_cnn(num_classes=3)) == 5_187
+    # GroupNorm after each conv adds a scale and a shift per channel
+    assert count_parameters(mnist_cnn(norm_groups=16)) == 26_010 + 2 * (16 + 32)
+    assert count_parameters(cifar10_cnn(norm_groups=16)) == 550_570 + 2 * 2 * (32 + 64 + 128)
+    # T&B's padding 2 and Papernot/Opacus's padding 3 give the same sizes
+    assert mnist_cnn(conv1_padding=2)(torch.zeros(1, 1, 28, 28)).shape == (1, 10)
+    assert resnet9(num_classes=2, in_channels=1)(torch.zeros(1, 1, 64, 64)).shape == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"), [(resnet18_gn, torchvision.models.resnet18), (resnet34_gn, torchvision.models.resnet34)]
+)
+def test_resnets_are_torchvision_resnets_with_groupnorm(ours, theirs):
+    """Our state dict loads into torchvision's ResNet built with ``norm_layer=GroupNorm`` and gives equal outputs."""
+    torch.manual_seed(1)
+    model = ours(num_classes=10).eval()
+    reference = theirs(num_classes=10, norm_layer=lambda c: nn.GroupNorm(min(32, c), c)).eval()
+    renamed = OrderedDict((re.sub(r"\bgn(\d)", r"bn\1", k), v) for k, v in model.state_dict().items())
+    reference.load_state_dict(renamed, strict=True)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), reference(x))
+
+
+@pytest.mark.parametrize("name", list(PARAMETERS))
+def test_no_batchnorm_and_no_inplace_relu(models, name):
+    model = models[name]
+    check_no_batchnorm(model)
+    assert ModuleValidator.validate(model, strict=False) == []  # Opacus's own compatibility check
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    assert not any(getattr(m, "inplace", False) for m in model.modules())
+
+
+def _loop_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    """Reference: one example at a time, ordinary autograd."""
+    per_example = []
+    for i in range(len(x)):
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
+        per_example.append([p.grad.clone() for p in model.parameters()])
+    return [torch.stack(g) for g in zip(*per_example)]
+
+
+def _vmap_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, xi, yi):
+        return nn.functional.cross_entropy(functional_call(model, p, (xi[None],)), yi[None])
+
+    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+    return [grads[k] for k in params]
+
+
+@pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("resnet18_gn", 2), ("resnet9", 2)])
+def test_vmap_per_sample_gradients_match_loop(models, name, batch):
+    torch.manual_seed(2)
+    model = models[name]
+    x, y = torch.randn(batch, *INPUT_SHAPE[name]), torch.randint(10, (batch,))
+    for ours, reference in zip(_vmap_gradients(model, x, y), _loop_gradients(model, x, y)):
+        torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-4)
+
+
+# The input image does not require grad, so Opacus's full backward hook on the first conv warns; harmless here.
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+def test_opacus_hooks_per_sample_gradients_match_loop():
+    """Opacus's GradSampleModule hooks run on the GroupNorm ResNet (out-of-place residual add, no in-place ReLU)."""
+    torch.manual_seed(3)
+    model = resnet18_gn()
+    x, y = torch.randn(2, 3, 32, 32), torch.randint(10, (2,))
+    reference = _loop_gradients(model, x, y)
+    hooked = GradSampleModule(model, loss_reduction="sum")
+    nn.functional.cross_entropy(hooked(x), y, reduction="sum").backward()
+    for p, expected in zip(model.parameters(), reference):
+        torch.testing.assert_close(p.grad_sample, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_check_no_batchnorm_names_the_layer_and_the_fix():
+    model = nn.Sequential(OrderedDict(features=nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)), head=nn.Flatten()))
+    with pytest.raises(ValueError) as info:
+        check_no_batchnorm(model)
+    message = str(info.value)
+    assert "'features.1'" in message and "BatchNorm2d" in message
+    assert "GroupNorm" in message and "dpbook.models.replace_batchnorm" in message and "ModuleValidator.fix" in message
+    with pytest.raises(ValueError, match="'bn1'"):
+        check_no_batchnorm(torchvision.models.resnet18())
+
+
+def test_replace_batchnorm_on_torchvision_resnet():
+    model = replace_batchnorm(torchvision.models.resnet18(num_classes=10))
+    check_no_batchnorm(model)
+    assert count_parameters(model) == 11_181_642  # GroupNorm has the affine parameters of BatchNorm
+    assert {m.num_groups for m in model.modules() if isinstance(m, nn.GroupNorm)} == {32}
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 10)
+    odd = replace_batchnorm(nn.Sequential(nn.Linear(4, 48), nn.BatchNorm1d(48, affine=False)))
+    assert (odd[1].num_groups, odd[1].affine) == (16, False)  # gcd(32, 48): a valid group count for any width
+    assert isinstance(replace_batchnorm(nn.BatchNorm2d(16)), nn.GroupNorm)
+
+
+def test_build_model_by_name():
+    assert count_parameters(build_model("MNIST_CNN")) == 26_010
+    assert build_model("resnet9", num_classes=2)(torch.zeros(1, 3, 32, 32)).shape == (1, 2)
+    with pytest.raises(ValueError, match="valid names: mnist_cnn, cifar10_cnn, resnet18_gn"):
+        build_model("vgg16")
