@@ -1,0 +1,143 @@
+"""The interface every private-step method implements, and the machinery they share.
+
+A private step (DESIGN.md, "one private step") is, for every method:
+
+    start(params)                      -> accumulators for one logical batch
+    accumulate(acc, micro_batch)       -> once per physical micro-batch (per-sample grads and norms)
+    release(acc, noise)                -> the noisy *sum*; the engine divides it by the expected B
+    advance()                          -> t <- t + 1 (thresholds, bases, schedules move to the next step)
+
+and every method declares
+    sensitivity()       the data-independent L2 bound of one example's contribution to the released sum,
+    noise_std()         the standard deviation of the Gaussian noise it actually adds to that sum,
+    noise_multiplier()  the multiplier the accountant must see for this step, kept apart from the noise added
+                        (DC-SGD adds sigma_T * C but is accounted at sigma; DPDR is accounted at sigma_eff),
+    state_dict()        its state as tensors (thresholds, ranges, bases, momentum), and
+    diagnostics()       numbers for plots; keys starting with "nonprivate/" are computed from raw data and are
+                        for analysis only: they are not part of the private release.
+
+Privacy hygiene (DESIGN.md) the interface enforces: the noise is drawn from the engine's generator and never
+scaled by data; anything that changes over training is updated in ``release``/``advance`` from released noisy
+quantities and used from the next step on.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Sequence
+
+import torch
+
+from dpbook.per_sample import Grads, weighted_sum
+
+
+@dataclass
+class MicroBatch:
+    """What a method sees of one physical micro-batch of the logical (Poisson) batch."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    grads: Grads  # per-sample gradients at the current parameters, one tensor (n, *shape) per parameter
+    norms: torch.Tensor  # their flat L2 norms, shape (n,)
+    grads_at: Callable[[Sequence[torch.Tensor]], Grads]  # per-sample gradients at other parameter values
+
+    @property
+    def n(self) -> int:
+        return len(self.norms)
+
+
+class GaussianNoise:
+    """The only source of noise in a private step: a seeded generator, checkpointed with the run."""
+
+    def __init__(self, seed: int = 0, device: torch.device | str = "cpu"):
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
+        """A tensor shaped like ``t`` with i.i.d. N(0, std^2) entries (exact zeros when std == 0)."""
+        if std == 0:
+            return torch.zeros_like(t)
+        return torch.randn(t.shape, generator=self.generator, device=t.device, dtype=t.dtype) * std
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
+class Method(abc.ABC):
+    """Base class of every private-step method (see the module docstring for the protocol)."""
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.t = 0  # index of the coming step, 0-based
+        self.d = 0  # number of trainable parameters (set by bind)
+        self.B = 0.0  # expected batch size (set by bind)
+
+    def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
+        """Called once by the engine: the trainable parameters and the expected batch size B."""
+        self.d = sum(p.numel() for p in params)
+        self.B = float(expected_batch_size)
+
+    # --- what the method declares -------------------------------------------------------------------
+    @abc.abstractmethod
+    def sensitivity(self) -> float:
+        """L2 bound of one example's contribution to the released sum at the coming step."""
+
+    @abc.abstractmethod
+    def noise_std(self) -> float:
+        """Std of the Gaussian noise added to each coordinate of the released sum at the coming step."""
+
+    @abc.abstractmethod
+    def noise_multiplier(self) -> float:
+        """The noise multiplier the accountant records for the coming step."""
+
+    # --- the step -----------------------------------------------------------------------------------
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        """Fresh accumulators for one logical batch (by default, the running sum of contributions)."""
+        return {"sum": [torch.zeros_like(p) for p in params], "n": 0}
+
+    @abc.abstractmethod
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        """Add one micro-batch's contributions to ``acc``."""
+
+    @abc.abstractmethod
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        """The noisy sum of contributions (the engine divides it by B)."""
+
+    def advance(self) -> None:
+        """Move to the next step."""
+        self.t += 1
+
+    # --- state and diagnostics ----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"t": self.t}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.t = int(state["t"])
+
+    def diagnostics(self) -> dict[str, float]:
+        return {}
+
+
+class ScaledSum(Method):
+    """The unified template of per-sample clipping and scaling (DP-PSASC notes, §2.1).
+
+    Every example contributes ``w(||g_i||) g_i`` with ``w(G) * G <= sensitivity()`` for every norm G, and the
+    release is ``sum_i w_i g_i + N(0, noise_std()^2 I)``. Subclasses define :meth:`weights` only.
+    """
+
+    @abc.abstractmethod
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        """Per-example weights w_i from the unclipped norms ||g_i|| (shape (n,))."""
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        for s, c in zip(acc["sum"], weighted_sum(mb.grads, self.weights(mb.norms))):
+            s.add_(c)
+        acc["n"] += mb.n
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        std = self.noise_std()
+        return [s + noise.like(s, std) for s in acc["sum"]]

@@ -1,0 +1,118 @@
+"""The private step: Poisson batch -> per-sample gradients in micro-batches -> the method's noisy sum -> / B
+-> any torch optimizer -> the accountant records (noise multiplier, q).
+
+    >>> import torch
+    >>> from torch import nn
+    >>> from dpbook.methods import DPSGD
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Linear(4, 3)
+    >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), DPSGD(C=1.0, sigma=1.0),
+    ...                   sample_rate=0.01, expected_batch_size=8, micro_batch_size=4)
+    >>> info = opt.step(torch.randn(10, 4), torch.randint(0, 3, (10,)))
+    >>> info["nonprivate/batch_size"], opt.ledger.history
+    (10, [(1.0, 0.01, 1)])
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from dpbook import checks
+from dpbook.accounting import PrivacyLedger
+from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.models import check_no_batchnorm
+from dpbook.per_sample import PerSampleGradients, check_finite, flat_norms
+from dpbook.sampling import micro_batches
+
+
+class DPOptimizer:
+    """Turns any torch optimizer into a private one driven by a :class:`~dpbook.methods.base.Method`.
+
+    Args:
+        model: the network (no BatchNorm; frozen parameters, ``requires_grad=False``, are left untouched).
+        optimizer: any ``torch.optim`` optimizer over the model's trainable parameters (SGD, momentum, Adam...).
+        method: the private-step method (e.g. ``DPSGD(C=1, sigma=1.1)``).
+        sample_rate: Poisson sampling rate q = B/N, recorded by the accountant.
+        expected_batch_size: B; the noisy sum is divided by B, never by the realised batch size.
+        loss_fn: per-example loss ``loss_fn(output, target)`` (default cross-entropy).
+        micro_batch_size: physical micro-batch size (None: the logical batch at once). The result does not
+            depend on it; peak memory does.
+        noise_seed: seed of the noise generator (checkpointed with :meth:`state_dict`).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        method: Method,
+        *,
+        sample_rate: float,
+        expected_batch_size: float,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = nn.functional.cross_entropy,
+        micro_batch_size: int | None = None,
+        noise_seed: int = 0,
+    ):
+        check_no_batchnorm(model)
+        self.model, self.optimizer, self.method = model, optimizer, method
+        self.q = checks.rate("sample_rate q", sample_rate)
+        self.B = checks.positive("expected_batch_size B", expected_batch_size)
+        self.micro_batch_size = None if micro_batch_size is None else checks.integer(
+            "micro_batch_size", micro_batch_size)
+        self.per_sample = PerSampleGradients(model, loss_fn)
+        self.params = self.per_sample.params
+        self._check_optimizer_covers_params()
+        device = self.params[0].device
+        self.noise = GaussianNoise(noise_seed, device=device)
+        self.ledger = PrivacyLedger()
+        method.bind(self.params, expected_batch_size=self.B)
+
+    def _check_optimizer_covers_params(self) -> None:
+        in_optimizer = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        missing = [n for n, p in zip(self.per_sample.names, self.params) if id(p) not in in_optimizer]
+        if missing:
+            raise ValueError(
+                f"the optimizer does not hold the trainable parameter(s) {missing[:5]}; build it from "
+                "[p for p in model.parameters() if p.requires_grad] or freeze them with requires_grad_(False)"
+            )
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> dict:
+        """One private step on the logical batch ``(x, y)`` (a Poisson sample; it may be empty)."""
+        method = self.method
+        acc = method.start(self.params)
+        for sl in micro_batches(len(x), self.micro_batch_size):
+            xb, yb = x[sl], y[sl]
+            grads = self.per_sample(xb, yb)
+            norms = flat_norms(grads)
+            check_finite(grads, norms, self.per_sample.names)
+            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, lambda ps, xb=xb, yb=yb: self.per_sample(xb, yb, ps)))
+        sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
+        noisy_sum = method.release(acc, self.noise)
+        for p, s in zip(self.params, noisy_sum):
+            p.grad = s / self.B  # the expected batch size B, never the realised |B_t| (hygiene rule 1)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.ledger.record(sigma, self.q)
+        info = {"nonprivate/batch_size": len(x), "noise_multiplier": sigma, **method.diagnostics()}
+        method.advance()
+        return info
+
+    def epsilon(self, delta: float, accountant: str = "rdp") -> float:
+        """Privacy spent so far, (epsilon, delta)-DP."""
+        return self.ledger.epsilon(delta, accountant=accountant)
+
+    def state_dict(self) -> dict:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "method": self.method.state_dict(),
+            "noise": self.noise.state_dict(),
+            "ledger": self.ledger.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.method.load_state_dict(state["method"])
+        self.noise.load_state_dict(state["noise"])
+        self.ledger.load_state_dict(state["ledger"])
