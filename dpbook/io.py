@@ -1,0 +1,37 @@
+"""Atomic writes: a checkpoint or a result file is either the old one or the complete new one, never half."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+
+def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save(obj, path)``, atomically."""
+    return _atomic(path, lambda f: torch.save(obj, f), "wb")
+
+
+def atomic_write_json(obj: Any, path: str | os.PathLike) -> Path:
+    """Write ``obj`` as indented JSON, atomically."""
+    return _atomic(path, lambda f: f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n"), "w")

@@ -1,0 +1,151 @@
+"""The training loop: Poisson batches, private steps, per-epoch evaluation, a log, checkpoint and resume.
+
+    >>> import torch
+    >>> from dpbook.data import load_digits
+    >>> from dpbook.models import digits_cnn
+    >>> from dpbook.methods import DPSGD
+    >>> torch.manual_seed(0) and None
+    >>> data = load_digits()
+    >>> model = digits_cnn()
+    >>> trainer = Trainer(model, DPSGD(C=1.0, sigma=1.0), torch.optim.SGD(model.parameters(), lr=0.5), data,
+    ...                   expected_batch_size=64, epochs=1, delta=1e-5, seed=0)
+    >>> log = trainer.run()
+    >>> last = log.epochs[-1]
+    >>> last["epoch"], last["step"], 0 < last["epsilon"] < 10, 0 <= last["test_accuracy"] <= 1
+    (1, 22, True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.std import tqdm
+
+from dpbook import checks
+from dpbook.io import atomic_torch_save
+from dpbook.methods.base import Method
+from dpbook.optim import DPOptimizer
+from dpbook.sampling import PoissonSampler
+
+
+@dataclass
+class TrainLog:
+    """Per-epoch metrics (loss, accuracy, epsilon spent, last diagnostics) and per-step diagnostics."""
+
+    epochs: list[dict] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+
+    def column(self, key: str, per: str = "epochs") -> list:
+        return [row[key] for row in getattr(self, per)]
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1024) -> dict:
+    """Mean cross-entropy and accuracy of ``model`` on ``(x, y)``."""
+    was_training = model.training
+    model.eval()
+    loss, correct = 0.0, 0
+    for start in range(0, len(x), batch_size):
+        out = model(x[start:start + batch_size])
+        target = y[start:start + batch_size]
+        loss += nn.functional.cross_entropy(out, target, reduction="sum").item()
+        correct += (out.argmax(1) == target).sum().item()
+    model.train(was_training)
+    return {"loss": loss / max(len(x), 1), "accuracy": correct / max(len(x), 1)}
+
+
+class Trainer:
+    """Private training of ``model`` with ``method`` and ``optimizer`` on in-memory ``data``.
+
+    Args:
+        data: ``(x_train, y_train, x_test, y_test)`` tensors (e.g. :func:`dpbook.data.load_digits`).
+        expected_batch_size: B; Poisson sampling at q = B/N, T = epochs * round(N/B) steps.
+        delta: the delta of the (epsilon, delta) reported in the log.
+        checkpoint: a file path; when given, the run saves (atomically) every ``checkpoint_every`` steps and
+            at each epoch end, and ``run`` resumes from it when it exists.
+        progress: show a progress bar (None: only when the output is a terminal).
+    """
+
+    def __init__(self, model: nn.Module, method: Method, optimizer: torch.optim.Optimizer, data, *,
+                 expected_batch_size: float, epochs: int, delta: float, micro_batch_size: int | None = None,
+                 seed: int = 0, accountant: str = "rdp", checkpoint: str | Path | None = None,
+                 checkpoint_every: int = 50, progress: bool | None = None, device: str | torch.device = "cpu"):
+        self.x_train, self.y_train, self.x_test, self.y_test = (t.to(device) for t in data)
+        self.model = model
+        self.epochs = checks.integer("epochs", epochs)
+        self.delta = checks.open_unit("delta", delta)
+        self.accountant = accountant
+        self.sampler = PoissonSampler(N=len(self.x_train), expected_batch_size=expected_batch_size, seed=seed)
+        self.steps_per_epoch = self.sampler.steps_per_epoch()
+        self.T = self.epochs * self.steps_per_epoch
+        self.engine = DPOptimizer(model, optimizer, method, sample_rate=self.sampler.q,
+                                  expected_batch_size=expected_batch_size, micro_batch_size=micro_batch_size,
+                                  noise_seed=seed + 1_000_003)
+        self.checkpoint = None if checkpoint is None else Path(checkpoint)
+        self.checkpoint_every = checks.integer("checkpoint_every", checkpoint_every)
+        self.progress = progress
+        self.step = 0
+        self.log = TrainLog()
+        torch.manual_seed(seed)  # dropout masks and any other global randomness
+
+    def run(self, *, max_steps: int | None = None) -> TrainLog:
+        """Train to T steps (resuming from the checkpoint if there is one); stop early after ``max_steps`` total."""
+        if self.checkpoint is not None and self.checkpoint.exists():
+            self.load(self.checkpoint)
+        stop = self.T if max_steps is None else min(self.T, max_steps)
+        bar = tqdm(total=self.T, initial=self.step, disable=None if self.progress is None else not self.progress,
+                   desc=self.engine.method.name, unit="step")
+        while self.step < stop:
+            idx = self.sampler.sample().to(self.x_train.device)
+            info = self.engine.step(self.x_train[idx], self.y_train[idx])
+            self.step += 1
+            self.log.steps.append({"step": self.step, **info})
+            bar.update(1)
+            if self.step % self.steps_per_epoch == 0:
+                self._end_epoch()
+                bar.set_postfix(acc=f"{self.log.epochs[-1]['test_accuracy']:.3f}",
+                                eps=f"{self.log.epochs[-1]['epsilon']:.2f}")
+            if self.checkpoint is not None and (self.step % self.checkpoint_every == 0 or self.step == stop):
+                self.save(self.checkpoint)
+        bar.close()
+        return self.log
+
+    def _end_epoch(self) -> None:
+        train = evaluate(self.model, self.x_train, self.y_train)
+        test = evaluate(self.model, self.x_test, self.y_test)
+        self.log.epochs.append({
+            "epoch": self.step // self.steps_per_epoch, "step": self.step,
+            "train_loss": train["loss"], "train_accuracy": train["accuracy"],
+            "test_loss": test["loss"], "test_accuracy": test["accuracy"],
+            "epsilon": self.engine.epsilon(self.delta, self.accountant),
+            **self.engine.method.diagnostics(),
+        })
+        if self.checkpoint is not None:
+            self.save(self.checkpoint)
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step, "model": self.model.state_dict(), "engine": self.engine.state_dict(),
+            "sampler": self.sampler.state_dict(), "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "log": {"epochs": self.log.epochs, "steps": self.log.steps},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
+        self.model.load_state_dict(state["model"])
+        self.engine.load_state_dict(state["engine"])
+        self.sampler.load_state_dict(state["sampler"])
+        torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.log = TrainLog(**state["log"])
+
+    def save(self, path: str | Path) -> None:
+        atomic_torch_save(self.state_dict(), path)
+
+    def load(self, path: str | Path) -> None:
+        self.load_state_dict(torch.load(path, weights_only=False))

@@ -1,0 +1,63 @@
+"""The training loop: interrupt and resume equals an uninterrupted run; the log and atomic checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dpbook.data import load_digits
+from dpbook.methods import DPSGD
+from dpbook.models import digits_cnn
+from dpbook.train import Trainer
+
+OPTIMIZERS = {
+    "momentum": lambda ps: torch.optim.SGD(ps, lr=0.3, momentum=0.9),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+}
+
+
+def make_trainer(opt: str, checkpoint=None, seed: int = 0, dropout: bool = False) -> Trainer:
+    torch.manual_seed(123)
+    model = digits_cnn()
+    if dropout:  # exercises the global RNG (dropout masks) across the checkpoint
+        model = torch.nn.Sequential(torch.nn.Dropout(0.1), model)
+    return Trainer(model, DPSGD(C=1.0, sigma=1.2), OPTIMIZERS[opt](model.parameters()), load_digits(),
+                   expected_batch_size=256, epochs=2, delta=1e-5, seed=seed, checkpoint=checkpoint,
+                   checkpoint_every=3)
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path, opt):
+    full = make_trainer(opt, dropout=True)
+    full_log = full.run()
+    ckpt = tmp_path / "run.pt"
+    first = make_trainer(opt, checkpoint=ckpt, dropout=True)
+    first.run(max_steps=5)  # "interrupted" after 5 of T steps, between two epoch ends
+    assert first.step == 5 and ckpt.exists()
+    resumed = make_trainer(opt, checkpoint=ckpt, dropout=True)  # a fresh process would rebuild everything
+    resumed_log = resumed.run()
+    assert resumed.step == full.step == full.T
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+    assert resumed.engine.epsilon(1e-5) == full.engine.epsilon(1e-5)
+    assert resumed_log.epochs == full_log.epochs
+
+
+def test_log_has_metrics_epsilon_and_diagnostics():
+    trainer = make_trainer("adam")
+    log = trainer.run()
+    assert trainer.T == 2 * round(1437 / 256)
+    assert [row["epoch"] for row in log.epochs] == [1, 2]
+    eps = log.column("epsilon")
+    assert 0 < eps[0] < eps[1] < float("inf")
+    assert all(0 <= row["test_accuracy"] <= 1 for row in log.epochs)
+    assert log.epochs[-1]["C"] == 1.0
+    assert len(log.steps) == trainer.T and all(row["noise_multiplier"] == 1.2 for row in log.steps)
+
+
+def test_checkpoint_is_written_atomically(tmp_path):
+    ckpt = tmp_path / "run.pt"
+    make_trainer("adam", checkpoint=ckpt).run(max_steps=3)
+    assert ckpt.exists() and not list(tmp_path.glob(".run.pt.*"))  # no temporary file left behind
+    state = torch.load(ckpt, weights_only=False)
+    assert state["step"] == 3 and state["engine"]["ledger"]
