@@ -14,6 +14,7 @@ from dpbook.methods import DPSGD, make_method
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import NonFiniteGradientError
 from dpbook.sampling import PoissonSampler, micro_batches
+from tests.reference import apply_update, flat_norm, per_example_gradients
 
 B = 8.0  # expected batch size used by the tests
 OPTIMIZERS = {
@@ -38,17 +39,10 @@ def reference_steps(model, optimizer, batches, C):
     params = [p for p in model.parameters() if p.requires_grad]
     for x, y in batches:
         total = [torch.zeros_like(p) for p in params]
-        for i in range(len(x)):
-            model.zero_grad()
-            nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
-            g = [p.grad.detach().clone() for p in params]
-            norm = torch.sqrt(sum(gi.pow(2).sum() for gi in g))
-            factor = min(1.0, C / norm.item())
+        for g in per_example_gradients(model, x, y):
+            factor = min(1.0, C / flat_norm(g))
             total = [t + factor * gi for t, gi in zip(total, g)]
-        for p, t in zip(params, total):
-            p.grad = t / B
-        optimizer.step()
-        optimizer.zero_grad()
+        apply_update(model, optimizer, total, B)
     return [p.detach() for p in params]
 
 

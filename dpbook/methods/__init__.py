@@ -1,17 +1,25 @@
 """Private-step methods: one module per algorithm, all behind :class:`dpbook.methods.base.Method`.
 
+Every module of this package is imported here, and importing a method module registers its methods
+(``@register("name")``), so adding a method is adding a module.
+
     >>> from dpbook.methods import make_method, METHODS
-    >>> sorted(METHODS)
-    ['dpsgd']
+    >>> "dpsgd" in METHODS
+    True
     >>> make_method("dpsgd", C=1.0, sigma=1.0).name
     'dpsgd'
 """
 
+import importlib
+import pkgutil
+
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch, ScaledSum
 from dpbook.methods.registry import METHODS, make_method, register
 
-# Importing a method module registers it.
-from dpbook.methods import dpsgd  # noqa: E402,F401
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in ("base", "registry"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
 from dpbook.methods.dpsgd import DPSGD  # noqa: E402
 
 __all__ = ["METHODS", "DPSGD", "GaussianNoise", "Method", "MicroBatch", "ScaledSum", "make_method", "register"]
