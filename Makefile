@@ -15,7 +15,8 @@ install: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null || { \
-	  echo "dpbook: needs Python >= 3.10, but '$(PYTHON)' is: $$($(PYTHON) --version 2>&1 || echo 'not found')."; \
+	  if command -v $(PYTHON) >/dev/null 2>&1; then found="$$($(PYTHON) --version 2>&1)"; else found="not found on PATH"; fi; \
+	  echo "dpbook: needs Python >= 3.10, but '$(PYTHON)' is $$found."; \
 	  echo "        Install Python 3.10 or newer and rerun with it, e.g.  make PYTHON=python3.11 $(MAKECMDGOALS)"; \
 	  exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
