@@ -1,0 +1,408 @@
+"""DC-SGD (Wei, Li, Gong, Chen, arXiv 2503.22988): dynamic clipping from a DP histogram of per-sample norms.
+
+Algorithm 1 (one step t, with the flags of the extraction notes in brackets):
+
+    g~_t = ( sum_{i in B_t} Clip(g_{t,i}, C_t) + N(0, sigma_T^2 C_t^2 I_d) ) / B    (l.8, sigma_T and C_t [F-3])
+    H~_t = BuildHistogram({||g_{t,i}||}, R_t, b, sigma_H)                          (l.10, unclipped norms [F-2])
+    C_{t+1}, R_{t+1} = Adaptive(H~_t, C_t, R_t, ...)                               (l.11: Alg. 3 "P" or Alg. 4 "E")
+
+    sigma_T = (sigma^-2 - sigma_H^-2)^(-1/2)                                       (Eq. 5, needs sigma_H > sigma)
+
+The gradient and the histogram are released on the same Poisson batch: one Gaussian mechanism on the rescaled
+pair, with noise multiplier exactly sigma (Theorem 2). So ``noise_multiplier()`` returns sigma (what the
+accountant sees) while the gradient gets ``noise_std() = sigma_T * C_t``. The new threshold and range are
+computed in ``release`` from the NOISY histogram only (post-processing) and take effect at the next step
+(``advance``): re-clipping the current batch would break Theorem 2 and micro-batching (Sec. III-A).
+
+The threshold rules are plain functions of a histogram, so that the notebooks call exactly what the methods
+call, on synthetic norms and without a model:
+
+- :func:`percentile_threshold` (Algorithm 3, DC-SGD-P), with ``R_{t+1} = 2 C_{t+1}``;
+- :func:`expected_errors` (Eq. 4 estimated from the histogram), :func:`expected_error_threshold` (Algorithm 4
+  l.1-13, DC-SGD-E) and :func:`expected_error_range` (Algorithm 4 l.14-16);
+- :func:`expected_errors_from_norms` (Eq. 4 with the raw norms of a batch: non-private, for analysis only).
+
+Readings of the paper's gaps (the extraction notes' flags):
+
+- [F-7] bin index ``min(b-1, floor(b G / R_t))``, overflow in the last bin (:mod:`dpbook.histogram`).
+- [F-9] a bin is represented by its midpoint ``(k + 1/2) R_t / b``.
+- [F-18] the noisy counts are used raw (they may be negative); the noisy total is guarded, ``S' = max(S', 1)``.
+  In Algorithm 3, when the running sum never reaches ``p S'`` (possible only when the raw total is below one
+  example), the loop ends at the last bin, as the pseudo-code's loop does.
+- [F-17] Algorithm 4's "while True" re-centring stops after ``max_repeats`` (20) re-centrings, or when the
+  threshold reaches the positive floor ``min_threshold``; the step's diagnostics report ``E_capped = 1`` then
+  (and the module logs it at INFO level). The floor also bounds ``C_t`` and ``R_t`` of both rules from below.
+- [F-13], [F-14] the range rules use the noisy ``S'`` and ``b`` (not the private |B_t|) as if/elif/else; with an
+  odd ``b`` the right half starts at ``floor(b/2)``; [F-15] E's range follows Algorithm 4 (no ``R = 2C``).
+- [F-16] P keeps the paper's ``R_0 = 1`` (it caps ``C_1`` at ``(b - 1/2)/b``); E uses ``R_0 = b``.
+- [F-11] Eq. 4's variance uses sigma_T, the expected batch size B and d = the number of trainable parameters.
+
+Example (one step of DC-SGD-E through the engine):
+
+    >>> import torch
+    >>> from torch import nn
+    >>> from dpbook.optim import DPOptimizer
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Linear(4, 3)
+    >>> engine = DPOptimizer(model, torch.optim.Adam(model.parameters()), DCSGDE(sigma=1.0), sample_rate=0.1,
+    ...                      expected_batch_size=16)
+    >>> info = engine.step(torch.randn(16, 4), torch.randint(0, 3, (16,)))
+    >>> info["C"], info["noise_multiplier"]      # step 0 clips at C_0 = 1; the accountant sees sigma
+    (1.0, 1.0)
+    >>> engine.method.C == info["C_next"]        # the threshold computed at step 0 is used from step 1 on
+    True
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from dpbook import accounting, checks
+from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_histogram, noisy_total
+from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
+from dpbook.methods.registry import register
+from dpbook.per_sample import Grads
+
+logger = logging.getLogger(__name__)
+
+N_CANDIDATES = 20  # Algorithm 4 l.5: {i C / 10 : i = 1..20} = 0.1 C, 0.2 C, ..., 2.0 C
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Algorithm 3: the percentile rule (DC-SGD-P)
+# --------------------------------------------------------------------------------------------------------------
+
+def percentile_threshold(H, R: float, p: float) -> float:
+    """Algorithm 3 l.1-6: the midpoint of the first bin where the running noisy count reaches ``p S'``.
+
+    ``H`` is the (noisy) histogram over ``[0, R)`` with overflow in the last bin; ``p`` in (0, 1) is the
+    fraction of examples to leave unclipped [F-8]. The caller sets ``R_{t+1} = 2 C_{t+1}`` (l.7).
+
+        >>> percentile_threshold([1, 1, 1, 1], R=4.0, p=0.5)   # S reaches 0.5 * 4 in bin 1, midpoint 1.5
+        1.5
+        >>> percentile_threshold([0, 0, 0, 10], R=4.0, p=0.1)  # everything overflows: the last midpoint
+        3.5
+    """
+    H = np.asarray(H, dtype=np.float64)
+    p = checks.open_unit("p (fraction of examples left unclipped)", p)
+    b = len(H)
+    S_prime = noisy_total(H)  # l.2, guarded S' = max(S', 1) [F-18]
+    S = np.cumsum(H)  # l.4: the running sum of the raw noisy counts
+    reached = np.flatnonzero(S >= p * S_prime)  # l.6: the break test
+    k = int(reached[0]) if reached.size else b - 1  # no break: the loop ends at the last bin
+    return (k + 0.5) * R / b  # l.5: the bin's midpoint [F-9]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Algorithm 4: the expected-squared-error rule (DC-SGD-E)
+# --------------------------------------------------------------------------------------------------------------
+
+def candidate_thresholds(C: float) -> np.ndarray:
+    """Algorithm 4 l.5: the 20 candidates ``{i C / 10 : i = 1..20}`` = 0.1 C, ..., 2.0 C.
+
+        >>> candidate_thresholds(1.0)[[0, 9, 19]].tolist()
+        [0.1, 1.0, 2.0]
+    """
+    return np.arange(1, N_CANDIDATES + 1) * C / 10
+
+
+def expected_errors(H, R: float, C, *, sigma_T: float, B: float, d: int) -> np.ndarray:
+    """Eq. 4 estimated from the histogram (Algorithm 4 l.7-9) at each threshold of ``C``:
+
+        E(C') = sigma_T^2 C'^2 d / B^2  +  (1/S') sum_k H~[k] max(m_k - C', 0)^2
+                 variance (l.8) [F-11]        clipping bias (l.7, the paper's "B" [F-10]), midpoints m_k
+
+    With non-negative counts this is a convex function of C' (a sum of convex functions).
+
+        >>> expected_errors([0, 0, 4, 0], R=4.0, C=[1.0, 2.5, 3.0], sigma_T=1.0, B=2.0, d=4).tolist()
+        [3.25, 6.25, 9.0]
+    """
+    H = np.asarray(H, dtype=np.float64)
+    C = np.atleast_1d(np.asarray(C, dtype=np.float64))
+    m = midpoints(R, len(H))
+    variance = sigma_T ** 2 * d / B ** 2 * C ** 2
+    bias = np.maximum(m[None, :] - C[:, None], 0.0) ** 2 @ H / noisy_total(H)
+    return variance + bias
+
+
+def expected_errors_from_norms(norms, C, *, sigma_T: float, B: float, d: int) -> np.ndarray:
+    """Eq. 4 with the raw norms of one batch (non-private: for plots and tests, never for training).
+
+        E(C') = sigma_T^2 C'^2 d / B^2 + (1/|B_t|) sum_j max(||g_j|| - C', 0)^2
+
+    The paper's "true" curves of Figs. 3 and 4. An empty batch has no bias term.
+    """
+    G = np.asarray(norms, dtype=np.float64).ravel()
+    C = np.atleast_1d(np.asarray(C, dtype=np.float64))
+    variance = sigma_T ** 2 * d / B ** 2 * C ** 2
+    bias = (np.maximum(G[None, :] - C[:, None], 0.0) ** 2).mean(1) if G.size else np.zeros_like(C)
+    return variance + bias
+
+
+class ThresholdSearch(NamedTuple):
+    """Result of :func:`expected_error_threshold`."""
+
+    C: float  # C_{t+1}
+    repeats: int  # number of re-centrings (l.11)
+    capped: bool  # stopped at the repeat cap or at the floor with the argmin still on the boundary [F-17]
+    centre: float  # the centre of the last candidate grid (its spacing is centre / 10)
+
+
+def expected_error_threshold(H, C: float, R: float, *, sigma_T: float, B: float, d: int, max_repeats: int = 20,
+                             min_threshold: float = 1e-8) -> ThresholdSearch:
+    """Algorithm 4 l.1-13: the argmin of :func:`expected_errors` over the candidates around ``C``, re-centred.
+
+    When the argmin is a boundary candidate (0.1 C or 2 C) it becomes the new centre and the search repeats
+    (l.11): x10 down or x2 up per repeat. The paper's loop has no exit other than an interior argmin; with
+    negative noisy counts it can shrink forever, so it stops after ``max_repeats`` re-centrings or once the
+    threshold reaches the positive floor ``min_threshold`` [F-17]. Ties go to the smallest candidate.
+
+        >>> H = [0, 0, 0, 0, 0, 0, 0, 0, 256, 0]     # 256 norms in [8, 9): E(C') is least near 8.37
+        >>> expected_error_threshold(H, C=1.0, R=10.0, sigma_T=1.0, B=256, d=1000)  # 1 -> 2 -> 4 -> 8, then 8.8
+        ThresholdSearch(C=8.8, repeats=3, capped=False, centre=8.0)
+        >>> expected_error_threshold([0, 0], C=1.0, R=1.0, sigma_T=1.0, B=1, d=1, max_repeats=3)  # no data
+        ThresholdSearch(C=0.0001, repeats=3, capped=True, centre=0.001)
+    """
+    H = np.asarray(H, dtype=np.float64)
+    C = checks.positive("C (current clipping threshold)", C)
+    max_repeats = checks.integer("max_repeats", max_repeats, minimum=0)
+    repeats = 0
+    while True:
+        S = candidate_thresholds(C)  # l.5
+        k = int(np.argmin(expected_errors(H, R, S, sigma_T=sigma_T, B=B, d=d)))  # l.6-10
+        C_new = max(float(S[k]), min_threshold)
+        if 0 < k < N_CANDIDATES - 1:  # l.12: an interior argmin ends the search
+            return ThresholdSearch(C_new, repeats, False, C)
+        if repeats == max_repeats or C_new == C:  # [F-17]: the cap, or stuck at the floor
+            logger.info("DC-SGD-E: re-centring stopped after %d repeats at C = %g [F-17]", repeats, C_new)
+            return ThresholdSearch(C_new, repeats, True, C)
+        C, repeats = C_new, repeats + 1  # l.11: boundary, re-centre and repeat
+
+
+def expected_error_range(H, R: float) -> float:
+    """Algorithm 4 l.14-16, the "cautious" range update, on the noisy histogram only [F-13, F-14]:
+
+        if H~[b-1] >= S'/2:                    R_{t+1} = 2 R_t      (too many outliers)
+        elif sum_{k >= floor(b/2)} H~[k] <= S'/b: R_{t+1} = R_t / 2  (right half almost empty)
+        else:                                  R_{t+1} = R_t
+
+        >>> expected_error_range([0, 0, 1, 9], R=4.0), expected_error_range([9, 1, 0, 0], R=4.0)
+        (8.0, 2.0)
+    """
+    H = np.asarray(H, dtype=np.float64)
+    b = len(H)
+    S_prime = noisy_total(H)  # [F-18]
+    if H[b - 1] >= 0.5 * S_prime:
+        return 2.0 * R
+    if H[b // 2:].sum() <= S_prime / b:
+        return 0.5 * R
+    return R
+
+
+def paper_sigma_H(sigma: float) -> float:
+    """The paper's histogram noise multiplier for a total multiplier ``sigma`` (Sec. V-C, VI-B; [F-38]).
+
+    5 (the default, for the usual sigma < 1.2 and, by our reading, up to sigma < 2), 8 for 2 <= sigma <= 3 and 12
+    for sigma > 3. The paper states the 8/12 override for DC-SGD-P; we read it for E as well. Beyond sigma = 12
+    there is no rule (sigma_H must exceed sigma).
+
+        >>> [paper_sigma_H(s) for s in (1.0, 2.5, 4.0)]
+        [5.0, 8.0, 12.0]
+    """
+    sigma = checks.positive("sigma", sigma)
+    return 5.0 if sigma < 2 else 8.0 if sigma <= 3 else 12.0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The methods
+# --------------------------------------------------------------------------------------------------------------
+
+class DCSGD(ScaledSum):
+    """Algorithm 1, shared by DC-SGD-P and DC-SGD-E; a subclass defines the threshold rule :meth:`adapt` only.
+
+    Args:
+        sigma: the total noise multiplier sigma (what the accountant sees), > 0.
+        sigma_H: the histogram's noise multiplier, > sigma (default 5, the paper's; see :func:`paper_sigma_H`).
+        b: number of histogram bins, >= 2 (default 20).
+        C_0: initial clipping threshold (default 1).
+        R_0: initial histogram range (default: the rule's, 1 for P and b for E).
+        min_threshold: positive floor of C_t and R_t (post-processing, privacy-neutral) [F-17].
+
+    State (all in :meth:`state_dict`): the step t, the threshold C_t and range R_t of the coming step, and the
+    last released noisy histogram with the C and R it was built at (``last_release``).
+    """
+
+    histogram_sensitivity = HISTOGRAM_SENSITIVITY  # Algorithm 2: one example moves one count by one
+
+    def __init__(self, *, sigma: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
+                 R_0: float | None = None, min_threshold: float = 1e-8):
+        super().__init__()
+        self.sigma = checks.positive("sigma (total noise multiplier)", sigma)
+        self.sigma_H = checks.positive("sigma_H (histogram noise multiplier)", sigma_H)
+        if not self.sigma_H > self.sigma:
+            raise ValueError(
+                f"sigma_H must exceed sigma: sigma_T = (sigma^-2 - sigma_H^-2)^(-1/2) (DC-SGD Eq. (5)) is undefined "
+                f"otherwise, got sigma_H={sigma_H!r}, sigma={sigma!r} (the paper uses sigma_H = 5, 8 or 12: "
+                f"paper_sigma_H(sigma) = {paper_sigma_H(self.sigma)})")
+        self.b = checks.integer("b (number of histogram bins)", b, minimum=2)
+        self.C = checks.positive("C_0 (initial clipping threshold)", C_0)
+        self.R = checks.positive("R_0 (initial histogram range)", self.default_R_0() if R_0 is None else R_0)
+        self.min_threshold = checks.positive("min_threshold (floor of C_t and R_t)", min_threshold)
+        self.sigma_T = accounting.sigma_T(self.sigma, self.sigma_H)  # Alg. 1 l.2, Eq. (5)
+        self.last_release: dict | None = None  # {"H": noisy histogram, "C": C_t, "R": R_t} of the last step
+        self._next: tuple[float, float] | None = None  # (C_{t+1}, R_{t+1}), computed in release
+        self._step_info: dict[str, float] = {}
+
+    @abc.abstractmethod
+    def default_R_0(self) -> float:
+        """The paper's initial range R_0 of the rule."""
+
+    @abc.abstractmethod
+    def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
+        """``(C_{t+1}, R_{t+1}, diagnostics)`` from the noisy histogram ``H`` built over ``[0, R_t)``."""
+
+    # --- declarations -------------------------------------------------------------------------------
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        return (self.C / norms).clamp(max=1.0)  # Clip(g, C_t) = g min(1, C_t/||g||); a zero norm gives 1
+
+    def sensitivity(self) -> float:
+        return self.C  # of the gradient sum; the histogram has sensitivity 1 (histogram_sensitivity)
+
+    def noise_std(self) -> float:
+        return self.sigma_T * self.C  # Alg. 1 l.8 [F-3]
+
+    def noise_multiplier(self) -> float:
+        return self.sigma  # Theorem 2: gradient + histogram cost exactly DP-SGD at sigma
+
+    # --- the step -----------------------------------------------------------------------------------
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        acc = super().start(params)
+        device = params[0].device if len(params) else torch.device("cpu")
+        acc["H"] = torch.zeros(self.b, dtype=torch.float64, device=device)  # exact counts, summed over micro-batches
+        acc["unclipped"] = torch.zeros((), dtype=torch.int64, device=device)  # non-private diagnostic only
+        return acc
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        super().accumulate(acc, mb)  # sum_i Clip(g_i, C_t)
+        acc["H"] += build_histogram(mb.norms, self.R, self.b)  # Alg. 2 l.1-4 on the unclipped norms [F-2]
+        acc["unclipped"] += (mb.norms <= self.C).sum()
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        noisy_sum = super().release(acc, noise)  # Alg. 1 l.8: + N(0, sigma_T^2 C_t^2 I_d), drawn first
+        H = noisy_histogram(acc["H"], self.sigma_H, noise).cpu()  # Alg. 2 l.5, drawn second
+        C_next, R_next, info = self.adapt(H.numpy())  # Alg. 1 l.11: post-processing of H~ only
+        C_next, R_next = max(C_next, self.min_threshold), max(R_next, self.min_threshold)
+        self.last_release = {"H": H, "C": self.C, "R": self.R}
+        self._next = (C_next, R_next)
+        self._step_info = {"C_next": C_next, "R_next": R_next, **info,
+                           "nonprivate/unclipped_count": float(acc["unclipped"])}
+        return noisy_sum
+
+    def advance(self) -> None:
+        super().advance()
+        if self._next is not None:  # C_{t+1}, R_{t+1} take effect now, at the next step
+            self.C, self.R = self._next
+        self._next, self._step_info = None, {}
+
+    # --- state and diagnostics ----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        last = None if self.last_release is None else {
+            "H": self.last_release["H"].clone(),
+            "C": torch.tensor(self.last_release["C"], dtype=torch.float64),
+            "R": torch.tensor(self.last_release["R"], dtype=torch.float64),
+        }
+        return {"t": self.t, "C": torch.tensor(self.C, dtype=torch.float64),
+                "R": torch.tensor(self.R, dtype=torch.float64), "last_release": last}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.C, self.R = float(state["C"]), float(state["R"])
+        last = state["last_release"]
+        self.last_release = None if last is None else {
+            "H": last["H"].clone().cpu(), "C": float(last["C"]), "R": float(last["R"])}
+        self._next, self._step_info = None, {}
+
+    def diagnostics(self) -> dict[str, float]:
+        """``C`` and ``R`` (during a step: the ones used by it), the last noisy histogram's total ``S'`` and
+        overflow count (public), and during a step ``C_next``, ``R_next``, the rule's own numbers and the
+        non-private count of unclipped examples."""
+        out = {"C": self.C, "R": self.R, "sigma_T": self.sigma_T}
+        if self.last_release is not None:
+            H = self.last_release["H"]
+            out["histogram_total"] = float(H.sum())
+            out["histogram_overflow"] = float(H[-1])
+        out.update(self._step_info)
+        return out
+
+
+@register("dcsgd-p")
+class DCSGDP(DCSGD):
+    """DC-SGD-P (Algorithm 3): ``C_{t+1}`` = the noisy histogram's p-quantile bin midpoint, ``R_{t+1} = 2 C_{t+1}``.
+
+    One hyperparameter, ``p`` in (0, 1), the fraction of examples left unclipped (paper grid 0.1, ..., 0.9) [F-8].
+    Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = 1`` [F-16]. Once ``R_t = 2 C_t``,
+    each step multiplies C by one of (2k + 1)/b, i.e. between 0.05 and 1.95 for b = 20.
+
+    Example:
+        >>> m = DCSGDP(sigma=1.0, p=0.5)
+        >>> round(m.noise_std(), 4), m.noise_multiplier(), m.R   # sigma_T * C_0; the accountant sees sigma
+        (1.0206, 1.0, 1.0)
+        >>> m.adapt(np.array([0.0, 3, 5, 2] + [0] * 16))[:2]       # the median lies in bin 2 of [0, 1)
+        (0.125, 0.25)
+    """
+
+    def __init__(self, *, sigma: float, p: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
+                 R_0: float | None = None, min_threshold: float = 1e-8):
+        self.p = checks.open_unit("p (fraction of examples left unclipped)", p)
+        super().__init__(sigma=sigma, sigma_H=sigma_H, b=b, C_0=C_0, R_0=R_0, min_threshold=min_threshold)
+
+    def default_R_0(self) -> float:
+        return 1.0
+
+    def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
+        C_next = max(percentile_threshold(H, self.R, self.p), self.min_threshold)  # Alg. 3 l.1-6
+        return C_next, 2.0 * C_next, {}  # Alg. 3 l.7: R_{t+1} = 2 C_{t+1}
+
+
+@register("dcsgd-e")
+class DCSGDE(DCSGD):
+    """DC-SGD-E (Algorithm 4): ``C_{t+1}`` minimises the expected squared error (Eq. 4) estimated from the histogram.
+
+    No hyperparameter to tune. Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = b``.
+    The variance term uses sigma_T, the expected batch size B and the number d of trainable parameters, all
+    set by :meth:`bind`. ``max_repeats`` caps the re-centring loop [F-17].
+
+    Example:
+        >>> m = DCSGDE(sigma=1.0)
+        >>> m.bind([torch.zeros(1000)], expected_batch_size=256)
+        >>> H = np.zeros(20); H[8] = 256                     # 256 norms in [8, 9) of the range [0, 20)
+        >>> C_next, R_next, info = m.adapt(H)
+        >>> round(C_next, 6), R_next, info                   # the right half is almost empty: R halves
+        (8.8, 10.0, {'E_repeats': 3.0, 'E_capped': 0.0})
+    """
+
+    def __init__(self, *, sigma: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
+                 R_0: float | None = None, max_repeats: int = 20, min_threshold: float = 1e-8):
+        self.max_repeats = checks.integer("max_repeats (cap of the re-centring loop)", max_repeats, minimum=0)
+        super().__init__(sigma=sigma, sigma_H=sigma_H, b=b, C_0=C_0, R_0=R_0, min_threshold=min_threshold)
+
+    def default_R_0(self) -> float:
+        return float(self.b)
+
+    def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
+        search = expected_error_threshold(H, self.C, self.R, sigma_T=self.sigma_T, B=self.B, d=self.d,
+                                          max_repeats=self.max_repeats, min_threshold=self.min_threshold)
+        R_next = expected_error_range(H, self.R)  # Alg. 4 l.14-16
+        return search.C, R_next, {"E_repeats": float(search.repeats), "E_capped": float(search.capped)}
+
+
+__all__ = [
+    "DCSGD", "DCSGDE", "DCSGDP", "N_CANDIDATES", "ThresholdSearch", "candidate_thresholds", "expected_error_range",
+    "expected_error_threshold", "expected_errors", "expected_errors_from_norms", "paper_sigma_H",
+    "percentile_threshold",
+]
