@@ -85,7 +85,8 @@ def _check_accountant(value) -> str:
     return value
 
 
-def _check_segment(segment, index: int) -> Segment:
+def check_segment(segment, index: int) -> Segment:
+    """``history[index]`` validated as a ``(noise_multiplier, sample_rate, steps)`` triple of python numbers."""
     try:
         sigma, q, steps = segment
     except (TypeError, ValueError):
@@ -174,7 +175,7 @@ def epsilon_of_history(history: Iterable[Sequence], delta: float, accountant: st
     """
     delta = _check_delta(delta)
     accountant = _check_accountant(accountant)
-    checked = [_check_segment(seg, i) for i, seg in enumerate(history)]
+    checked = [check_segment(seg, i) for i, seg in enumerate(history)]
     return _epsilon_checked(checked, delta, accountant)
 
 
@@ -314,7 +315,7 @@ class PrivacyLedger:
         """Replace the history by the one in ``state_dict`` (as written by :meth:`state_dict`), validated."""
         if not isinstance(state_dict, dict) or "history" not in state_dict:
             raise ValueError(f"state_dict must be a dict with a 'history' key, got {state_dict!r}")
-        self.history = [_check_segment(seg, i) for i, seg in enumerate(state_dict["history"])]
+        self.history = [check_segment(seg, i) for i, seg in enumerate(state_dict["history"])]
 
     @classmethod
     def from_state_dict(cls, state_dict: dict) -> "PrivacyLedger":

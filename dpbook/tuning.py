@@ -1,0 +1,667 @@
+r"""The privacy cost of hyperparameter tuning: per-run noise when a whole search is charged to one (epsilon, delta).
+
+A grid search trains G candidate models on the private data and releases the best one. The selection looks at
+every candidate, so the released model is only as private as the *whole search*. DC-SGD (Wei et al., arXiv
+2503.22988, Sec. II-C and VI-B, Tables II and III) charges the search to the budget in two ways, and compares with
+tuning for free (Tables IV and V). This module implements all three as *protocols*:
+
+``"none"``
+    One run, no tuning cost: every run gets the whole (epsilon, delta). This is the protocol of Tables IV and V.
+    For G > 1 the selection of the best run is *not* covered by the guarantee.
+``"rdp"``
+    Sequential composition (Sec. VI-B): "the grid search involves repeatedly training G models, the privacy cost
+    for a single training can be obtained through G-composition". Every run has the same (sigma, q, T), so the
+    Renyi divergences of the G runs add up order by order. The G runs are one history of G*T subsampled Gaussian
+    steps, and sigma is calibrated so that ``epsilon(sigma, q, G*T, delta) <= epsilon``. Picking the best run
+    is post-processing of the G outputs. This is the protocol of Table III.
+``"lt"``
+    Liu & Talwar's random stopping (Theorem 1 of the paper, quoted below), as the paper applies it following
+    Mohapatra et al.: delta_2 = 1e-20 and gamma = 1/(2G). Theorem 1 is inverted to get the per-run budget
+    (epsilon_1, delta_1) of :func:`per_run_budget`, and sigma is calibrated for one run at (epsilon_1, delta_1).
+    This is the protocol of Table II.
+
+A grid with one point (DC-SGD-E: nothing to tune, G = 1) involves no selection. Every protocol then charges it as a
+single run with the whole budget, as the paper does: "DC-SGD-E ... will only train the model once with the total
+privacy cost. Therefore, it has the same performance in both situations" (Sec. VI-B).
+
+**Theorem 1 as the paper states it** (Sec. II-C, "Privacy Analysis of LT [25]"):
+
+    We consider any gamma in [0, 1] and delta_2 > 0, and define T as (1/gamma) ln(1/delta_2). Assuming that each
+    iteration of DP-SGD is (epsilon_1, delta_1)-differentially private, the LT algorithm then achieves
+    (epsilon', delta')-differential privacy. epsilon' is defined as 3 epsilon_1 + 3 sqrt(2 delta_1), and delta' is
+    calculated as 3 sqrt(2 delta_1) T + delta_2.
+
+**How this module reads it:**
+
+1. *[F-28]* "each iteration of DP-SGD" means one full training run, i.e. one candidate. "T" is the cap on the
+   number of *runs*. It is written ``T_LT`` here (:func:`lt_max_runs`) and is unrelated to the T SGD steps of a
+   run. LT is the algorithm that repeats: draw a candidate, train it, and stop with probability gamma after each
+   run; it makes at most T_LT runs and releases the best run seen.
+2. Sec. VI-B sets delta_2 = 1e-20 and "gamma = 1/2G", read as gamma = 1/(2G), which gives the paper's "expected
+   running time of LT is 2G". The cap is then T_LT = 2G ln(1e20), about 92.1 G runs. T_LT is the real number
+   of the theorem, not rounded; the runner of :func:`grid_search` stops after floor(T_LT) runs.
+3. Inversion: set delta' = delta and epsilon' = epsilon. This gives
+   sqrt(2 delta_1) = (delta - delta_2) / (3 T_LT) and epsilon_1 = epsilon/3 - sqrt(2 delta_1).
+   (sqrt(2 delta_1) is rounded down by 1e-12, relative, so that floating-point rounding never takes the
+   recomputed delta' above delta.)
+   That is the largest per-run budget the theorem allows (``per_run_budget``). The seed notes (§4.3) derive the
+   same. For CIFAR10 at G = 10, delta_1 is about 2.6e-17 and epsilon_1 is about epsilon/3.
+4. The factor 3 in delta' = 3 sqrt(2 delta_1) T + delta_2 is the paper's. Liu & Talwar's own statement may read
+   sqrt(2 delta_1) T + delta_2 (no 3); this could not be checked offline. The paper's version asks for a smaller
+   delta_1, so it is the conservative one; it is also the statement the paper applies.
+5. Theorem 1 covers *random stopping*, not a single pass over the grid. Releasing the best of one pass over G
+   fixed candidates, each at (epsilon_1, delta_1), is not covered by it: composition only gives about
+   G epsilon_1. :func:`grid_search` therefore runs the LT algorithm itself under ``"lt"``: a uniformly random grid
+   point per iteration, a coin with probability gamma after each run, and at most floor(T_LT) runs. The number of
+   runs is random, 2G on average. The paper's time accounting (Table I: "single training x number of
+   combinations") suggests it trained each combination once. That reading is not sound under Theorem 1, so it is
+   not offered.
+
+With Opacus's RDP orders (alpha <= 63), the accountant cannot certify a run below an epsilon of about 0.54 at
+delta_1 ~ 1e-17, whatever the noise. So LT needs epsilon_1 = epsilon/3 above that floor, i.e. a total epsilon
+above about 1.6: LT at epsilon = 1 is unreachable. This may be why the tuning-cost tables start at epsilon = 2
+(Sec. VI-B). PRV cannot work at such a small delta at all. The errors say so and say what to change.
+
+>>> round(calibrate_sigma(4.0, 1e-5, sample_rate=0.01, steps=1000), 3)          # one run
+0.778
+>>> round(calibrate_sigma(4.0, 1e-5, 0.01, 1000, G=10, protocol="rdp"), 3)     # 10 runs composed
+1.36
+>>> round(calibrate_sigma(4.0, 1e-5, 0.01, 1000, G=10, protocol="lt"), 3)      # LT, gamma = 1/20
+2.266
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from dpbook import accounting, checks
+
+__all__ = [
+    "PROTOCOLS",
+    "LT_DELTA2",
+    "TABLE_VII",
+    "TUNED_HYPERPARAMETERS",
+    "GRID_SIZES",
+    "GRID_SIZES_SGD",
+    "Setting",
+    "DCSGD_SETTINGS",
+    "paper_grid",
+    "lt_gamma",
+    "lt_max_runs",
+    "lt_expected_runs",
+    "lt_theorem",
+    "per_run_budget",
+    "calibrate_sigma",
+    "TuningPlan",
+    "tuning_plan",
+    "Run",
+    "GridSearchResult",
+    "grid_search",
+]
+
+#: The protocols of this module and what each charges.
+PROTOCOLS = {
+    "none": "one run at the whole budget; tuning is free (Tables IV and V)",
+    "rdp": "G runs composed under RDP as one history of G*T steps (Sec. VI-B, Table III)",
+    "lt": "Liu-Talwar random stopping, Theorem 1 with delta_2 = 1e-20 and gamma = 1/(2G) (Sec. VI-B, Table II)",
+}
+
+#: The paper's delta_2 for Theorem 1 (Sec. VI-B, following Mohapatra et al. [50]).
+LT_DELTA2 = 1e-20
+
+#: Table VII (Appendix E): the candidate values of every tuned hyperparameter.
+#: "lr" is the learning rate eta, {2^i x 1e-5, i = 0..19}, and is tuned only with SGD (momentum 0.9).
+TABLE_VII: dict[str, tuple[float, ...]] = {
+    "C": (0.1, 0.2, 0.5, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0),
+    "lr": tuple(round(2 ** i * 1e-5, 10) for i in range(20)),
+    "eta_C": (0.1, 0.15, 0.2, 0.25, 0.3),
+    "p": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "rho_C": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+}
+
+#: Table VI: the hyperparameters each method tunes (besides the SGD learning rate), each mapped to the Table VII
+#: row its candidates come from. Du et al.'s "C" is its initial threshold C_0. The names are the paper's symbols.
+#: The callable given to :func:`grid_search` maps them to a method's keyword arguments.
+TUNED_HYPERPARAMETERS: dict[str, dict[str, str]] = {
+    "dpsgd": {"C": "C"},
+    "dcsgd-p": {"p": "p"},
+    "dcsgd-e": {},
+    "adaclip": {"p": "p", "eta_C": "eta_C"},
+    "dynamic": {"C0": "C", "rho_C": "rho_C"},
+}
+
+
+def paper_grid(method: str, optimizer: str = "adam") -> list[dict[str, float]]:
+    """The grid of Tables VI and VII for ``method``, as a list of hyperparameter dicts (the paper's symbols).
+
+    With ``optimizer="adam"`` the learning rate is not tuned (Adam defaults, Sec. V-C). With ``"sgd"`` every point
+    is combined with the 20 learning rates of Table VII.
+
+    >>> paper_grid("adaclip")[:2]
+    [{'p': 0.1, 'eta_C': 0.1}, {'p': 0.1, 'eta_C': 0.15}]
+    >>> paper_grid("dcsgd-e"), len(paper_grid("dcsgd-e", "sgd"))
+    ([{}], 20)
+    """
+    if method not in TUNED_HYPERPARAMETERS:
+        raise ValueError(f"method must be one of {sorted(TUNED_HYPERPARAMETERS)}, got {method!r}")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd' (Table VI), got {optimizer!r}")
+    axes = {name: TABLE_VII[row] for name, row in TUNED_HYPERPARAMETERS[method].items()}
+    if optimizer == "sgd":
+        axes["lr"] = TABLE_VII["lr"]
+    names = list(axes)
+    return [dict(zip(names, values)) for values in itertools.product(*(axes[n] for n in names))]
+
+
+#: Grid sizes G with Adam (Table I's multipliers): DP-SGD 10, DC-SGD-P 9, DC-SGD-E 1, Andrew 45, Du 90.
+GRID_SIZES: dict[str, int] = {m: len(paper_grid(m, "adam")) for m in TUNED_HYPERPARAMETERS}
+#: Grid sizes G with SGD (times the 20 learning rates): 200, 180, 20, 900, 1800.
+GRID_SIZES_SGD: dict[str, int] = {m: len(paper_grid(m, "sgd")) for m in TUNED_HYPERPARAMETERS}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One experimental setting of the paper (Sec. V, Appendix D): N training examples, epochs, B = 256.
+
+    ``steps`` follows :class:`dpbook.train.Trainer`: epochs x round(N/B), so a sigma calibrated here is the sigma
+    a Trainer run of this setting accounts for. ``delta`` is 1/N, as in the paper.
+
+    >>> s = DCSGD_SETTINGS["mnist"]
+    >>> s.sample_rate == 256 / 60000, s.steps, s.delta == 1 / 60000
+    (True, 2340, True)
+    """
+
+    name: str
+    N: int
+    epochs: int
+    model: str
+    expected_batch_size: int = 256
+
+    @property
+    def sample_rate(self) -> float:
+        return self.expected_batch_size / self.N
+
+    @property
+    def steps(self) -> int:
+        return self.epochs * max(1, round(self.N / self.expected_batch_size))
+
+    @property
+    def delta(self) -> float:
+        return 1 / self.N
+
+
+#: The paper's four main settings: training-set sizes (Appendix D) and epochs (Sec. V-C).
+DCSGD_SETTINGS: dict[str, Setting] = {
+    "mnist": Setting("MNIST", 60_000, 10, "CNN"),
+    "cifar10": Setting("CIFAR10", 50_000, 20, "ResNet18/34"),
+    "svhn": Setting("SVHN", 73_257, 20, "ResNet18/34"),
+    "qnli": Setting("QNLI", 104_743, 5, "BERT-base"),
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------------------------
+
+def _check_protocol(protocol) -> str:
+    if protocol not in PROTOCOLS:
+        valid = ", ".join(repr(p) for p in PROTOCOLS)
+        raise ValueError(f"protocol must be one of {valid}, got {protocol!r}")
+    return protocol
+
+
+def _check_G(G) -> int:
+    if isinstance(G, bool) or not isinstance(G, numbers.Integral) or G < 1:
+        raise ValueError(f"G (the number of hyperparameter combinations) must be an integer >= 1, got {G!r}")
+    return int(G)
+
+
+def _check_budget(epsilon, delta) -> tuple[float, float]:
+    return (checks.positive("epsilon", epsilon, "the total budget of the whole search"),
+            checks.open_unit("delta", delta, "the total delta of the whole search, e.g. 1/N"))
+
+
+def _check_delta2(delta2) -> float:
+    return checks.open_unit("delta2", delta2, "Theorem 1's delta_2; the paper uses 1e-20")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Theorem 1 (Liu & Talwar) as the paper states it
+# --------------------------------------------------------------------------------------------------------------
+
+def lt_gamma(G: int) -> float:
+    """The paper's stopping probability gamma = 1/(2G) for a grid of G combinations (Sec. VI-B).
+
+    >>> lt_gamma(10)
+    0.05
+    """
+    return 1 / (2 * _check_G(G))
+
+
+def lt_max_runs(gamma: float, delta2: float = LT_DELTA2) -> float:
+    r"""Theorem 1's cap on the number of runs, T_LT = (1/gamma) ln(1/delta_2) [F-28]. It is a real number.
+
+    >>> round(lt_max_runs(lt_gamma(10)), 2)  # 20 ln(1e20)
+    921.03
+    """
+    gamma = checks.real("gamma", gamma)
+    if not 0 < gamma <= 1:
+        raise ValueError(f"gamma must be in (0, 1] (the stopping probability; 0 never stops), got {gamma!r}")
+    return math.log(1 / _check_delta2(delta2)) / gamma
+
+
+def lt_expected_runs(gamma: float, delta2: float = LT_DELTA2) -> float:
+    """Expected number of runs of LT random stopping: (1 - (1-gamma)^K)/gamma, with K = floor(T_LT).
+
+    Each run is followed by a stop with probability gamma, and there are at most K runs. This is just below
+    1/gamma = 2G.
+
+    >>> round(lt_expected_runs(lt_gamma(10)), 6)
+    20.0
+    """
+    runs_cap = math.floor(lt_max_runs(gamma, delta2))
+    return (1 - (1 - gamma) ** runs_cap) / gamma
+
+
+def lt_theorem(epsilon1: float, delta1: float, gamma: float, delta2: float = LT_DELTA2) -> tuple[float, float]:
+    r"""Theorem 1 forwards: the (epsilon', delta') of LT when each run is (epsilon_1, delta_1)-DP.
+
+    epsilon' = 3 epsilon_1 + 3 sqrt(2 delta_1), and delta' = 3 sqrt(2 delta_1) T_LT + delta_2, with
+    T_LT = (1/gamma) ln(1/delta_2). This is the paper's statement, with its factor 3 on delta' (see the module
+    docstring, reading 4).
+
+    >>> eps, delta = lt_theorem(1.0, 5e-13, gamma=0.1, delta2=math.exp(-10))  # T_LT = 100, sqrt(2 delta_1) = 1e-6
+    >>> round(eps, 9), round(delta - math.exp(-10), 12)
+    (3.000003, 0.0003)
+    """
+    epsilon1 = checks.non_negative("epsilon1", epsilon1, "the per-run epsilon")
+    delta1 = checks.non_negative("delta1", delta1, "the per-run delta")
+    T_LT = lt_max_runs(gamma, delta2)
+    root = math.sqrt(2 * delta1)
+    return 3 * epsilon1 + 3 * root, 3 * root * T_LT + delta2
+
+
+def per_run_budget(epsilon: float, delta: float, G: int, protocol: str = "lt", *,
+                   delta2: float = LT_DELTA2) -> tuple[float, float]:
+    r"""The (epsilon_1, delta_1) each run may spend so that the whole search is (epsilon, delta)-DP.
+
+    - ``"lt"``: Theorem 1 inverted with gamma = 1/(2G) and delta' = delta (module docstring, reading 3):
+      sqrt(2 delta_1) = (delta - delta_2) / (3 T_LT) and epsilon_1 = epsilon/3 - sqrt(2 delta_1).
+    - ``"none"``, and any protocol with G = 1 (nothing is selected): the whole (epsilon, delta).
+    - ``"rdp"`` has no per-run (epsilon, delta). The G runs are composed before the conversion to
+      (epsilon, delta), which is tighter than splitting the budget. Use :func:`calibrate_sigma`.
+
+    >>> eps1, delta1 = per_run_budget(2.0, 1 / 50000, G=10)   # CIFAR10, DP-SGD's grid
+    >>> round(eps1, 6), float(f"{delta1:.2e}")
+    (0.666667, 2.62e-17)
+    >>> per_run_budget(2.0, 1 / 50000, G=1)                  # DC-SGD-E is trained once
+    (2.0, 2e-05)
+
+    Raises:
+        ValueError: on bad input; if delta <= delta_2 (Theorem 1 cannot reach it); or if epsilon_1 <= 0.
+    """
+    epsilon, delta = _check_budget(epsilon, delta)
+    G = _check_G(G)
+    protocol = _check_protocol(protocol)
+    delta2 = _check_delta2(delta2)
+    if protocol == "none" or G == 1:
+        return epsilon, delta
+    if protocol == "rdp":
+        raise ValueError(
+            "protocol='rdp' composes the G runs (their Renyi divergences add up before the conversion to "
+            "(epsilon, delta)), so it has no per-run (epsilon, delta) budget; use calibrate_sigma(..., "
+            "protocol='rdp') for the per-run noise multiplier")
+    if not delta > delta2:
+        raise ValueError(f"delta must exceed Theorem 1's delta2={delta2!r} (delta' = 3 sqrt(2 delta_1) T + delta_2), "
+                         f"got delta={delta!r}")
+    T_LT = lt_max_runs(1 / (2 * G), delta2)
+    # sqrt(2 delta_1), rounded down by 1e-12 (relative) so that floating-point rounding can never push the
+    # recomputed delta' = 3 sqrt(2 delta_1) T_LT + delta_2 above delta.
+    root = (delta - delta2) / (3 * T_LT) * (1 - 1e-12)
+    delta1 = root ** 2 / 2
+    epsilon1 = epsilon / 3 - root
+    if not epsilon1 > 0:
+        raise ValueError(f"epsilon={epsilon!r} is too small for LT with G={G}: epsilon_1 = epsilon/3 - sqrt(2 delta_1) "
+                         f"= {epsilon1:.3g} <= 0")
+    return epsilon1, delta1
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Calibration
+# --------------------------------------------------------------------------------------------------------------
+
+def _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant, epsilon_tolerance, delta2):
+    """sigma and the per-run (epsilon_1, delta_1) it was calibrated for (None for rdp); inputs already checked."""
+    if protocol == "none" or G == 1:
+        return accounting.noise_multiplier(epsilon, delta, sample_rate, steps, accountant, epsilon_tolerance), None
+    if protocol == "rdp":
+        try:
+            sigma = accounting.noise_multiplier(epsilon, delta, sample_rate, G * steps, accountant, epsilon_tolerance)
+        except ValueError as err:
+            raise ValueError(f"the budget epsilon={epsilon!r}, delta={delta!r} cannot cover G={G} runs of {steps} "
+                             f"steps composed ({G * steps} steps in all): {err} Use a larger epsilon, a smaller grid "
+                             f"or protocol='lt'.") from err
+        return sigma, None
+    epsilon1, delta1 = per_run_budget(epsilon, delta, G, "lt", delta2=delta2)
+    try:
+        sigma = accounting.noise_multiplier(epsilon1, delta1, sample_rate, steps, accountant, epsilon_tolerance)
+    except ValueError as err:
+        floor = ""
+        if accountant == "rdp":
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
+                lowest = accounting.epsilon(accounting.MAX_NOISE_MULTIPLIER, sample_rate, steps, delta1)
+            floor = (f" With Opacus's RDP orders (alpha <= 63) no noise certifies less than epsilon_1 = {lowest:.3g} "
+                     f"at this delta_1, so LT needs a total epsilon above about {3 * lowest:.3g} here.")
+        else:
+            floor = f" The {accountant!r} accountant says: {err}"
+        raise ValueError(
+            f"the LT per-run budget (epsilon_1={epsilon1:.4g}, delta_1={delta1:.3g}) that Theorem 1 leaves for a "
+            f"total epsilon={epsilon!r}, delta={delta!r} with G={G} (gamma = 1/(2G), delta_2={delta2:g}) is "
+            f"unreachable for one run of {steps} steps at sample_rate={sample_rate!r} with the {accountant!r} "
+            f"accountant.{floor} Use a larger epsilon, a smaller grid (delta_1 shrinks as 1/G^2), fewer steps, "
+            f"or protocol='rdp'.") from err
+    return sigma, (epsilon1, delta1)
+
+
+def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int, G: int = 1,
+                    protocol: str = "none", *, accountant: str = "rdp", epsilon_tolerance: float = 0.01,
+                    delta2: float = LT_DELTA2) -> float:
+    r"""The noise multiplier of *each* run when a search over G combinations is charged to (epsilon, delta).
+
+    Args:
+        epsilon, delta: the total budget of the whole search (the paper uses delta = 1/N).
+        sample_rate: q = B/N of every run.
+        steps: T, the SGD steps of one run.
+        G: the number of hyperparameter combinations, an integer >= 1.
+        protocol: ``"none"`` (one run: G is ignored), ``"rdp"`` (G runs composed: sigma for G*T steps) or
+            ``"lt"`` (Theorem 1: sigma for one run at :func:`per_run_budget`). See :data:`PROTOCOLS`.
+        accountant: ``"rdp"`` (the paper's) or ``"prv"``. Under ``"lt"`` PRV fails at delta_1 ~ 1e-17.
+        epsilon_tolerance: passed to :func:`dpbook.accounting.noise_multiplier`. The default 0.01 matches Opacus's
+            ``get_noise_multiplier``. Near the accountant's floor (LT at small epsilon) epsilon barely moves with
+            sigma, so a smaller tolerance gives a noticeably smaller sigma there.
+
+    With G = 1 every protocol gives the single-run sigma (nothing is selected). sigma grows with G under "rdp"
+    (about like sqrt(G)) and, far more slowly, under "lt" (through ln(1/delta_1), delta_1 ~ 1/G^2).
+
+    >>> q, T, d = 256 / 60000, 2340, 1 / 60000            # MNIST, 10 epochs
+    >>> [round(calibrate_sigma(4.0, d, q, T, G, "rdp"), 3) for G in (1, 10, 90)]
+    [0.668, 0.995, 2.329]
+    >>> [round(calibrate_sigma(4.0, d, q, T, G, "lt"), 3) for G in (1, 10, 90)]
+    [0.668, 1.782, 1.882]
+
+    Raises:
+        ValueError: naming the parameter on bad input, or explaining what to change when the budget cannot be
+            reached (e.g. LT at epsilon = 1).
+    """
+    epsilon, delta = _check_budget(epsilon, delta)
+    sample_rate = checks.rate("sample_rate", sample_rate, "q = B/N")
+    steps = checks.integer("steps", steps, minimum=1)
+    G = _check_G(G)
+    protocol = _check_protocol(protocol)
+    delta2 = _check_delta2(delta2)
+    if accountant not in accounting.ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {sorted(accounting.ACCOUNTANTS)}, got {accountant!r}")
+    return _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant,
+                      checks.positive("epsilon_tolerance", epsilon_tolerance), delta2)[0]
+
+
+@dataclass(frozen=True)
+class TuningPlan:
+    """A calibrated search: the sigma of every run and what the whole search spends, recomputed by the accountant.
+
+    ``per_run_epsilon`` is what one run at ``sigma`` spends at ``per_run_delta``, recomputed by the accountant.
+    ``per_run_delta`` is delta itself, or delta_1 under LT. ``total_epsilon`` and ``total_delta`` are what the
+    protocol charges for the whole search:
+
+    - "none": one run;
+    - "rdp": the accountant on G*T steps at sigma;
+    - "lt": Theorem 1 applied to the recomputed per-run epsilon.
+
+    Each is <= the target. ``charged_protocol`` is "none" when G = 1, whatever was asked.
+    ``max_runs`` and ``expected_runs`` count training runs. Under LT they are floor(T_LT) and about 2G.
+    """
+
+    protocol: str
+    charged_protocol: str
+    G: int
+    sigma: float
+    sample_rate: float
+    steps: int
+    epsilon: float
+    delta: float
+    per_run_epsilon: float
+    per_run_delta: float
+    total_epsilon: float
+    total_delta: float
+    max_runs: int
+    expected_runs: float
+    accountant: str
+    gamma: float | None = None
+    delta2: float | None = None
+
+    @property
+    def selection_charged(self) -> bool:
+        """Whether the guarantee covers releasing the best of the runs (False only for "none" with G > 1)."""
+        return self.charged_protocol != "none" or self.G == 1
+
+
+def tuning_plan(epsilon: float, delta: float, sample_rate: float, steps: int, G: int = 1, protocol: str = "none",
+                *, accountant: str = "rdp", epsilon_tolerance: float = 0.01,
+                delta2: float = LT_DELTA2) -> TuningPlan:
+    r"""Calibrate sigma like :func:`calibrate_sigma`, then recompute what the whole search spends.
+
+    >>> plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="rdp")
+    >>> round(plan.sigma, 3), plan.total_epsilon <= 4.0, plan.max_runs
+    (1.36, True, 10)
+    >>> lt = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="lt")
+    >>> round(lt.sigma, 3), round(lt.per_run_epsilon, 3), float(f"{lt.per_run_delta:.2e}"), lt.max_runs
+    (2.266, 1.327, 6.55e-18, 921)
+    >>> round(lt.expected_runs, 6)
+    20.0
+    >>> lt.total_epsilon <= 4.0, lt.total_delta <= 1e-5
+    (True, True)
+    """
+    sigma = calibrate_sigma(epsilon, delta, sample_rate, steps, G, protocol, accountant=accountant,
+                            epsilon_tolerance=epsilon_tolerance, delta2=delta2)
+    G, protocol = int(G), str(protocol)
+    charged = "none" if G == 1 else protocol
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
+        if charged == "lt":
+            epsilon1, delta1 = per_run_budget(epsilon, delta, G, "lt", delta2=delta2)
+            gamma = lt_gamma(G)
+            per_run = accounting.epsilon(sigma, sample_rate, steps, delta1, accountant)
+            total_epsilon, total_delta = lt_theorem(per_run, delta1, gamma, delta2)
+            return TuningPlan(protocol, charged, G, sigma, sample_rate, steps, epsilon, delta, per_run, delta1,
+                              total_epsilon, total_delta, math.floor(lt_max_runs(gamma, delta2)),
+                              lt_expected_runs(gamma, delta2), accountant, gamma, delta2)
+        per_run = accounting.epsilon(sigma, sample_rate, steps, delta, accountant)
+        total = accounting.epsilon(sigma, sample_rate, G * steps, delta, accountant) if charged == "rdp" else per_run
+    runs = 1 if G == 1 else G
+    return TuningPlan(protocol, charged, G, sigma, sample_rate, steps, epsilon, delta, per_run, delta, total, delta,
+                      runs, float(runs), accountant)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The grid-search runner
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """One training run of a search: which grid point, with which seed, and what it returned."""
+
+    order: int                     # position in the sequence of runs (0-based)
+    grid_index: int                # index of its hyperparameters in the grid
+    hyperparameters: dict
+    seed: int
+    metric: float
+    output: Any = field(default=None, repr=False)
+
+
+@dataclass
+class GridSearchResult:
+    """All runs of a charged search, the best one, and the privacy it was charged (a :class:`TuningPlan`).
+
+    ``composed_epsilon`` composes *every run actually made* with the plan's accountant at the total delta. That
+    is an honest upper bound for any protocol. Under "lt" it is large: Theorem 1 is what makes the random
+    number of runs cheap.
+    """
+
+    plan: TuningPlan
+    grid: list[dict]
+    runs: list[Run]
+    best: Run
+    composed_epsilon: float
+    maximize: bool = True
+
+    @property
+    def sigma(self) -> float:
+        return self.plan.sigma
+
+    @property
+    def total_epsilon(self) -> float:
+        return self.plan.total_epsilon
+
+    @property
+    def total_delta(self) -> float:
+        return self.plan.total_delta
+
+    @property
+    def per_run_epsilon(self) -> float:
+        return self.plan.per_run_epsilon
+
+    @property
+    def per_run_delta(self) -> float:
+        return self.plan.per_run_delta
+
+    def summary(self) -> str:
+        """A few lines: the protocol, sigma, what was charged, the number of runs and the best run."""
+        p = self.plan
+        lines = [
+            f"protocol {p.charged_protocol!r} (asked {p.protocol!r}), G = {p.G}, sigma = {p.sigma:.4f} per run, "
+            f"q = {p.sample_rate:.4g}, T = {p.steps} steps per run",
+            f"per run: epsilon = {p.per_run_epsilon:.4f} at delta = {p.per_run_delta:.3g}",
+            f"charged: epsilon = {p.total_epsilon:.4f}, delta = {p.total_delta:.3g} (budget {p.epsilon:g}, "
+            f"{p.delta:.3g}); selection of the best {'covered' if p.selection_charged else 'NOT covered'}",
+            f"{len(self.runs)} runs; best: run {self.best.order} {self.best.hyperparameters} -> "
+            f"metric {self.best.metric:.4f}",
+        ]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _metric_of(output, metric_key: str | None, order: int) -> float:
+    if isinstance(output, Mapping):
+        key = metric_key or "metric"
+        if key not in output:
+            raise ValueError(f"run {order}: train returned a mapping without the metric key {key!r} "
+                             f"(keys: {sorted(map(str, output))}); pass metric=... to grid_search")
+        value = output[key]
+    else:
+        value = output
+    try:
+        v = checks.real(f"the metric of run {order}", value)
+    except ValueError as err:
+        raise ValueError(f"{err}; train must return a finite number or a mapping holding one") from None
+    if not math.isfinite(v):
+        raise ValueError(f"the metric of run {order} must be finite, got {value!r}")
+    return v
+
+
+def _check_history(output, plan: TuningPlan, order: int) -> None:
+    """If a run reports its privacy history, it must not have spent more than the plan charged for it."""
+    if not isinstance(output, Mapping) or "history" not in output:
+        return
+    history = [accounting.check_segment(seg, i) for i, seg in enumerate(output["history"])]
+    steps = sum(t for _, _, t in history)
+    for s, q, t in history:
+        if t > 0 and (s < plan.sigma * (1 - 1e-12) or q > plan.sample_rate * (1 + 1e-12)):
+            raise ValueError(f"run {order} reports a segment (sigma={s!r}, q={q!r}) that spends more than it was "
+                             f"charged for: the plan needs sigma >= {plan.sigma!r} and q <= {plan.sample_rate!r}")
+    if steps > plan.steps:
+        raise ValueError(f"run {order} reports {steps} steps, more than the {plan.steps} the plan charged")
+
+
+def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float, int], Any], *, epsilon: float,
+                delta: float, sample_rate: float, steps: int, protocol: str, accountant: str = "rdp",
+                seed: int = 0, maximize: bool = True, metric: str | None = None, epsilon_tolerance: float = 0.01,
+                delta2: float = LT_DELTA2) -> GridSearchResult:
+    r"""Tune over ``grid`` with the search charged to (epsilon, delta), and return every run and the best one.
+
+    ``train(hyperparameters, sigma, seed)`` builds and trains one model with noise multiplier ``sigma`` (for
+    ``steps`` steps at ``sample_rate``) and returns its final metric (e.g. test accuracy on public data). It may
+    return a number or a mapping with the metric under ``metric`` (default key ``"metric"``). If the mapping also
+    holds ``"history"`` (the run's ``(sigma, q, steps)`` segments, e.g. ``PrivacyLedger.history``), the runner
+    checks that the run spent no more than it was charged for. The runner knows nothing of the method: any
+    registered method can be tuned through the callable.
+
+    The protocol decides sigma (:func:`tuning_plan`, with G = len(grid)) and the runs made:
+
+    - ``"none"`` and ``"rdp"``: every grid point once, in order. Run k gets seed ``seed + k``.
+    - ``"lt"``: the LT algorithm of Theorem 1 (module docstring, reading 5). Each iteration trains a uniformly
+      random grid point with seed ``seed + k``, then stops with probability gamma = 1/(2G). There are at most
+      floor(T_LT) runs. Both draws come from ``numpy.random.default_rng(seed)``, never from the data.
+    - A grid of one point is trained once with the whole budget, whatever the protocol.
+
+    The best run is the first with the highest metric (lowest if ``maximize=False``).
+
+    >>> grid = [{"C": C} for C in (0.1, 1.0, 10.0)]
+    >>> def train(hp, sigma, seed):                  # a deterministic stand-in for a training run
+    ...     return 1.0 - abs(hp["C"] - 1.0) / 10 - sigma / 100
+    >>> result = grid_search(grid, train, epsilon=4.0, delta=1e-5, sample_rate=0.01, steps=1000, protocol="rdp")
+    >>> result.best.hyperparameters, len(result.runs), round(result.sigma, 3), result.total_epsilon <= 4.0
+    ({'C': 1.0}, 3, 0.94, True)
+    """
+    if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence):
+        raise ValueError(f"grid must be a list of hyperparameter dicts, got {type(grid).__name__}")
+    grid = list(grid)
+    if not grid:
+        raise ValueError("grid must hold at least one hyperparameter dict, got an empty grid")
+    for i, point in enumerate(grid):
+        if not isinstance(point, Mapping):
+            raise ValueError(f"grid[{i}] must be a dict of hyperparameters, got {point!r}")
+    if not callable(train):
+        raise ValueError(f"train must be a callable train(hyperparameters, sigma, seed), got {train!r}")
+    seed = checks.integer("seed", seed, minimum=0)
+    plan = tuning_plan(epsilon, delta, sample_rate, steps, len(grid), protocol, accountant=accountant,
+                       epsilon_tolerance=epsilon_tolerance, delta2=delta2)
+    G = plan.G
+
+    runs: list[Run] = []
+
+    def run(order: int, index: int) -> None:
+        hp = dict(grid[index])
+        output = train(dict(hp), plan.sigma, seed + order)
+        value = _metric_of(output, metric, order)
+        _check_history(output, plan, order)
+        runs.append(Run(order, index, hp, seed + order, value, output))
+
+    if plan.charged_protocol == "lt":
+        rng = np.random.default_rng(seed)
+        for order in range(plan.max_runs):
+            run(order, int(rng.integers(G)))
+            if rng.random() < plan.gamma:
+                break
+    else:
+        for order in range(G):
+            run(order, order)
+
+    key = (lambda r: r.metric) if maximize else (lambda r: -r.metric)
+    best = max(runs, key=key)  # max returns the first maximal element
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
+        composed = accounting.epsilon(plan.sigma, plan.sample_rate, len(runs) * plan.steps, plan.delta,
+                                      plan.accountant)
+    if plan.charged_protocol == "rdp" and composed > plan.epsilon:  # the accountant's own check of the charge
+        raise RuntimeError(f"the {len(runs)} runs composed spend epsilon={composed!r} > budget {plan.epsilon!r}")
+    return GridSearchResult(plan, grid, runs, best, composed, maximize)
