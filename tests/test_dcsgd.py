@@ -20,12 +20,13 @@ from torch import nn
 from dpbook.accounting import sigma_T as sigma_T_of
 from dpbook.data import load_digits
 from dpbook.histogram import bin_index, build_histogram, midpoints, noisy_histogram, noisy_total
-from dpbook.methods import GaussianNoise, MicroBatch, make_method
+from dpbook.methods import GaussianNoise, make_method
 from dpbook.methods.dcsgd import (DCSGDE, DCSGDP, candidate_thresholds, expected_error_range,
                                   expected_error_threshold, expected_errors, expected_errors_from_norms,
                                   percentile_threshold)
 from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
+from dpbook.synthetic import run_on_norms
 from dpbook.train import Trainer
 from tests.reference import apply_update, flat_norm, per_example_gradients
 
@@ -46,20 +47,9 @@ class NoNoise(GaussianNoise):
 
 
 def drive(method, norm_batches, *, noise=None, d: int = 1000, expected_batch_size: float | None = None):
-    """Run a norms-only method through the protocol (no model): start, accumulate, release, advance.
-
-    Returns the per-step diagnostics (taken, as the engine does, after release and before advance)."""
-    noise = NoNoise() if noise is None else noise
-    sizes = [len(n) for n in norm_batches]
-    method.bind([torch.zeros(d)], expected_batch_size=expected_batch_size or max(1.0, float(np.mean(sizes))))
-    infos = []
-    for norms in norm_batches:
-        acc = method.start([])
-        method.accumulate(acc, MicroBatch(None, None, [], torch.as_tensor(norms, dtype=torch.float64), None))
-        method.release(acc, noise)
-        infos.append(method.diagnostics())
-        method.advance()
-    return infos
+    """Run a norms-only method through the protocol with the noise off (default) and B = the mean batch size."""
+    B = expected_batch_size or max(1.0, float(np.mean([len(n) for n in norm_batches])))
+    return run_on_norms(method, norm_batches, d=d, expected_batch_size=B, noise=NoNoise() if noise is None else noise)
 
 
 # --- Algorithm 2: the histogram -------------------------------------------------------------------------------
