@@ -1,0 +1,51 @@
+r"""Auto-S / NSGD (Bu et al. 2023; Yang et al. 2022): per-sample normalisation instead of clipping.
+
+    w <- w - (eta / B) * ( sum_{i in B_t} g_i / (||g_i|| + gamma) + sigma * N(0, I_d) )      (DP-PSASC paper, Eqs. 2-3)
+
+Every scaled gradient has norm ||g|| / (||g|| + gamma) < 1, so the sensitivity is 1 and the noise std is sigma.
+The clipping threshold C disappears into the learning rate (the "automatic" in Auto-S). Small gradients get
+weights up to 1/gamma: this is what DP-PSAC and DP-PSASC set out to temper (``psac.py``). Bu et al. call the
+stability constant gamma (default 0.01); the DP-PSASC paper calls it r and uses Table II's "Stable Parameter" r.
+The weight itself is :func:`dpbook.weights.autos_weight`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dpbook import checks, weights
+from dpbook.methods.base import ScaledSum
+from dpbook.methods.registry import register
+
+
+@register("autos")
+class AutoS(ScaledSum):
+    """Auto-S with stability constant ``gamma`` and noise multiplier ``sigma``: sensitivity 1, noise std sigma.
+
+    Example:
+        >>> m = AutoS(sigma=1.1)
+        >>> m.gamma, m.sensitivity(), m.noise_std(), m.noise_multiplier()
+        (0.01, 1.0, 1.1, 1.1)
+        >>> m.weights(torch.tensor([0.0, 0.99, 9.99]))
+        tensor([100.0000,   1.0000,   0.1000])
+    """
+
+    def __init__(self, *, sigma: float, gamma: float = 0.01):
+        super().__init__()
+        self.sigma = checks.non_negative("sigma (noise multiplier)", sigma)
+        self.gamma = checks.positive("gamma (Auto-S stability constant)", gamma, "Bu et al. use 0.01")
+
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        return weights.autos_weight(norms, gamma=self.gamma)  # Eq. (2)
+
+    def sensitivity(self) -> float:
+        return 1.0
+
+    def noise_std(self) -> float:
+        return self.sigma
+
+    def noise_multiplier(self) -> float:
+        return self.sigma
+
+    def diagnostics(self) -> dict[str, float]:
+        return {"gamma": self.gamma}

@@ -1,0 +1,215 @@
+r"""DP-PSAC (Xia et al. 2023), DP-PSASC and DP-PSASC with inner-outer momentum (Huang et al., arXiv 2411.03059).
+
+All three replace clipping by a non-monotone per-sample weight of the gradient norm (notes, §2.1; the weight
+functions and their closed-form facts are in :mod:`dpbook.weights`):
+
+    psac            w(g) = C / (||g|| + r / (||g|| + r))                        Eq. (4); sensitivity C
+    psasc           w(g) = C / (s ||g|| + r / (||g|| + r))                      Eq. (6); sensitivity C / s
+    psasc-momentum  the psasc weight applied to a per-sample momentum            Algorithm 3; sensitivity C / s
+
+and release ``sum_i w_i g_i + N(0, (sigma * sensitivity)^2 I_d)`` (Eqs. (5), (8); the engine divides by the
+expected batch size B). The accountant sees ``sigma`` at every step: each step is exactly as private as a DP-SGD
+step with noise multiplier sigma (Theorem 1; add/remove-one adjacency, note F-5).
+
+Readings of the paper (flags of the notes, §10):
+
+- F-4: batches are Poisson samples (q = B/N) and sums are divided by the expected B, to match the accountant.
+- F-7: r is an input of every algorithm (Table II's "Stable Parameter").
+- F-8: the noise is isotropic, N(0, (C sigma / s)^2 I_d).
+- F-9: the loops run T iterations, k = 0 .. T-1.
+- F-14 (Algorithm 3): the inner momentum is m_{k,i} = sum_{l=max(0,k-K0)}^{k} gamma0^{k-l} g_{l,i}, the current
+  gradient included, unnormalised (weights 1, gamma0, ..., gamma0^K0, newest first); the first K0 steps use
+  the iterates that exist. The printed window l = k-1-K0 .. k-1 (which excludes w_k) is not implemented.
+- F-13, F-15, F-16: Table III's DP-PSASC* is Algorithm 3 (the only minibatch version); its gamma0, gamma1 and
+  K0 are not given in the paper, so :class:`PSASCMomentum` has no defaults for them.
+- F-17: s changes utility, not privacy: the (epsilon, delta) of every method here depends on sigma only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+from dpbook import checks, weights
+from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
+from dpbook.methods.registry import register
+from dpbook.per_sample import Grads, check_finite, flat_norms
+
+
+@register("psac")
+class PSAC(ScaledSum):
+    r"""DP-PSAC (Eqs. (4)-(5)): weight ``C / (||g|| + r / (||g|| + r))``, sensitivity C, noise std sigma * C.
+
+    ``r_num`` (default ``r``) replaces the numerator constant only, ``C / (||g|| + r_num / (||g|| + r))``: with
+    ``C = 1``, ``r_num = r / s`` and learning rate ``eta * C / s`` this rule takes exactly the steps of
+    DP-PSASC(eta, C, r, s) (:func:`dpbook.weights.psasc_as_psac`). Its sensitivity is C for every ``r_num``.
+
+    Example:
+        >>> m = PSAC(C=0.3, r=1e-4, sigma=1.0)
+        >>> m.sensitivity(), m.noise_std(), m.noise_multiplier()
+        (0.3, 0.3, 1.0)
+        >>> m.weights(torch.tensor([0.0, 0.0099, 1e6], dtype=torch.float64))
+        tensor([3.0000e-01, 1.5075e+01, 3.0000e-07], dtype=torch.float64)
+    """
+
+    def __init__(self, *, C: float, r: float, sigma: float, r_num: float | None = None):
+        super().__init__()
+        self.C = checks.positive("C (maximum norm size)", C)
+        self.r = checks.positive("r (stable parameter)", r, "Table II uses 1e-4 to 1e-2")
+        self.r_num = self.r if r_num is None else checks.positive("r_num (numerator constant)", r_num)
+        self.sigma = checks.non_negative("sigma (noise multiplier)", sigma)
+
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        return weights.psac_weight(norms, C=self.C, r=self.r, r_num=self.r_num)  # Eq. (4)
+
+    def sensitivity(self) -> float:
+        return self.C  # sup_x x * w(x), approached as ||g|| -> infinity, never attained
+
+    def noise_std(self) -> float:
+        return self.sigma * self.sensitivity()
+
+    def noise_multiplier(self) -> float:
+        return self.sigma
+
+    def diagnostics(self) -> dict[str, float]:
+        return {"C": self.C, "r": self.r}
+
+
+@register("psasc")
+class PSASC(PSAC):
+    r"""DP-PSASC (Eq. (6), Algorithm 1): weight ``C / (s ||g|| + r / (||g|| + r))``, sensitivity C/s, noise sigma*C/s.
+
+    ``s = 1`` is DP-PSAC, to the bit. The paper recommends 0 < s <= 1 (Table III uses 0.45 to 0.9); any s > 0
+    is valid, with the sensitivity C / s.
+
+    Example:
+        >>> m = PSASC(C=0.2, r=1e-4, s=0.8, sigma=1.5)
+        >>> m.sensitivity(), m.noise_std(), m.noise_multiplier()
+        (0.25, 0.375, 1.5)
+        >>> m.weights(torch.tensor([0.0, 1e6], dtype=torch.float64))
+        tensor([2.0000e-01, 2.5000e-07], dtype=torch.float64)
+    """
+
+    def __init__(self, *, C: float, r: float, s: float, sigma: float):
+        super().__init__(C=C, r=r, sigma=sigma)
+        self.s = checks.positive("s (scaling coefficient)", s, "the paper uses 0 < s <= 1; s = 1 is DP-PSAC")
+
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        return weights.psasc_weight(norms, C=self.C, r=self.r, s=self.s)  # Eq. (6)
+
+    def sensitivity(self) -> float:
+        return weights.psasc_sensitivity(C=self.C, s=self.s)  # C / s
+
+    def diagnostics(self) -> dict[str, float]:
+        return {**super().diagnostics(), "s": self.s}
+
+
+@register("psasc-momentum")
+class PSASCMomentum(PSASC):
+    r"""DP-PSASC* (Algorithm 3, clarified reading of the notes §2.8): inner per-sample and outer noisy momentum.
+
+    At step k, for each example i of the Poisson batch, with the iterates w_l of the last K0 steps::
+
+        m_i   = sum_{l = max(0, k-K0)}^{k} gamma0^(k-l) * grad f(w_l, d_i)     inner momentum (per sample)
+        G_k   = sum_i  C m_i / (s ||m_i|| + r / (||m_i|| + r))                  Eq. (6) applied to m_i
+        M     = (1 - gamma1) * M + G_k + N(0, (sigma C / s)^2 I_d)             outer momentum, noise inside
+        release M                                                              (SGD: w <- w - (eta / B) M)
+
+    Privacy: each scaled m_i depends on d_i and on already released iterates only and has norm < C/s, so
+    G_k + noise is the subsampled Gaussian mechanism of DP-PSASC (multiplier sigma) and M is post-processing.
+    Since sample i was generally not in the earlier batches, its gradients at w_{k-1}, ..., w_{k-K0} are
+    recomputed from stored parameter snapshots (``MicroBatch.grads_at``).
+
+    Cost, with d parameters and n examples per micro-batch:
+
+    - memory: K0 stored iterates and the outer momentum M, (K0 + 1) d numbers kept across steps (all in
+      :meth:`state_dict`), plus one copy of w_k (d) during a step and one extra per-sample gradient tensor
+      (n d) while the inner momentum is summed;
+    - compute: K0 + 1 per-sample gradient passes per micro-batch (the engine's at w_k and K0 at the snapshots),
+      about (K0 + 1) times the cost of a DP-PSASC step once K0 steps have passed; ``gamma0 = 0`` stores no
+      iterate and recomputes nothing (the inner momentum is then the current gradient).
+
+    The outer momentum is not normalised: a slowly varying signal is amplified about 1/gamma1 and the noise
+    about 1/sqrt(gamma1 (2 - gamma1)), so the learning rate must be re-tuned with gamma1 (about eta * gamma1
+    keeps the step size). ``K0 = 0, gamma1 = 1`` is DP-PSASC exactly.
+
+    Args:
+        C, r, s, sigma: as in :class:`PSASC`.
+        K0: momentum length, an integer >= 0 (the inner sum has up to K0 + 1 terms).
+        gamma0: inner momentum parameter in [0, 1] (weight gamma0^age of a gradient ``age`` steps old).
+        gamma1: outer momentum parameter in (0, 1] (1: no outer momentum).
+
+    Example:
+        >>> m = PSASCMomentum(C=0.3, r=1e-4, s=0.9, sigma=1.0, K0=2, gamma0=0.5, gamma1=0.1)
+        >>> round(m.sensitivity(), 4), round(m.noise_std(), 4), m.noise_multiplier()
+        (0.3333, 0.3333, 1.0)
+    """
+
+    def __init__(self, *, C: float, r: float, s: float, sigma: float, K0: int, gamma0: float, gamma1: float):
+        super().__init__(C=C, r=r, s=s, sigma=sigma)
+        self.K0 = checks.integer("K0 (momentum length)", K0, minimum=0)
+        self.gamma0 = checks.closed_unit("gamma0 (inner momentum parameter)", gamma0, "0: no inner momentum")
+        self.gamma1 = checks.rate("gamma1 (outer momentum parameter)", gamma1, "1: no outer momentum")
+        self.M: list[torch.Tensor] = []  # outer momentum, created by bind
+        self.history: list[list[torch.Tensor]] = []  # w_{k-K0}, ..., w_{k-1}, oldest first
+        self.window = self.K0 if self.gamma0 > 0 else 0  # past iterates the inner momentum needs
+
+    def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
+        super().bind(params, expected_batch_size=expected_batch_size)
+        self.M = [torch.zeros_like(p, memory_format=torch.contiguous_format).detach() for p in params]  # M_0 = 0
+        self.history = []
+
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        acc = super().start(params)
+        # The snapshot of w_k, taken once per logical step; it joins the history at the release.
+        acc["iterate"] = [p.detach().clone() for p in params] if self.window > 0 else []
+        return acc
+
+    def inner_momentum(self, mb: MicroBatch) -> Grads:
+        """m_i = sum_l gamma0^(k-l) grad f(w_l, d_i) over the current and the stored iterates (one tensor per parameter)."""
+        m = list(mb.grads)  # l = k, weight gamma0^0 = 1
+        for age, past in enumerate(reversed(self.history), start=1):  # w_{k-1}, w_{k-2}, ...
+            coef = self.gamma0 ** age
+            m = [mi + coef * gi for mi, gi in zip(m, mb.grads_at(past))]
+        return m
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        m = self.inner_momentum(mb)
+        norms = flat_norms(m)
+        check_finite(m, norms, [f"#{j} (inner momentum)" for j in range(len(m))])
+        # The inner momentum takes the place of the per-sample gradient in the scaled sum of DP-PSASC.
+        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms))
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        noisy = super().release(acc, noise)  # G_k + N(0, (sigma C / s)^2 I)
+        for M, g in zip(self.M, noisy):
+            M.mul_(1.0 - self.gamma1).add_(g)
+        if self.window > 0:
+            self.history = (self.history + [acc["iterate"]])[-self.window:]
+        return [M.clone() for M in self.M]
+
+    def state_dict(self) -> dict:
+        return {
+            **super().state_dict(),
+            "M": [M.clone() for M in self.M],
+            "history": [[p.clone() for p in w] for w in self.history],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        history = state["history"]
+        if len(history) > self.window:
+            raise ValueError(f"the state holds {len(history)} stored iterates but this method keeps {self.window} "
+                             f"(K0 = {self.K0}, gamma0 = {self.gamma0}): it was saved by a run with other momentum "
+                             "parameters")
+        super().load_state_dict(state)
+        if self.M:
+            for M, saved in zip(self.M, state["M"]):
+                M.copy_(saved)
+        else:
+            self.M = [saved.clone() for saved in state["M"]]
+        self.history = [[p.to(M.device).clone() for p, M in zip(w, self.M)] for w in history]
+
+    def diagnostics(self) -> dict[str, float]:
+        return {**super().diagnostics(), "K0": float(self.K0), "gamma0": self.gamma0, "gamma1": self.gamma1}
