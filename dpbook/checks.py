@@ -59,6 +59,14 @@ def open_unit(name: str, value, hint: str = "") -> float:
     return v
 
 
+def closed_unit(name: str, value, hint: str = "") -> float:
+    """A number in [0, 1] (a target quantile that may be 0 or 1, a momentum parameter)."""
+    v = real(name, value, hint)
+    if not 0 <= v <= 1:
+        _fail(name, "in [0, 1]", value, hint)
+    return v
+
+
 def integer(name: str, value, minimum: int = 1) -> int:
     """An integer >= ``minimum`` (python or numpy integers; not floats or bools)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -84,10 +85,9 @@ class DPOptimizer:
         acc = method.start(self.params)
         for sl in micro_batches(len(x), self.micro_batch_size):
             xb, yb = x[sl], y[sl]
-            grads = self.per_sample(xb, yb)
-            norms = flat_norms(grads)
-            check_finite(grads, norms, self.per_sample.names)
-            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, lambda ps, xb=xb, yb=yb: self.per_sample(xb, yb, ps)))
+            grads, norms = self._per_sample_checked(xb, yb)
+            grads_at = functools.partial(self._grads_at, xb, yb)  # for methods that need other iterates
+            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, grads_at))
         sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
         noisy_sum = method.release(acc, self.noise)
         for p, s in zip(self.params, noisy_sum):
@@ -98,6 +98,16 @@ class DPOptimizer:
         info = {"nonprivate/batch_size": len(x), "noise_multiplier": sigma, **method.diagnostics()}
         method.advance()
         return info
+
+    def _per_sample_checked(self, x, y, params=None):
+        """Per-sample gradients (at ``params``, default the current ones) and their norms; NaN/inf is an error."""
+        grads = self.per_sample(x, y, params)
+        norms = flat_norms(grads)
+        check_finite(grads, norms, self.per_sample.names)
+        return grads, norms
+
+    def _grads_at(self, x, y, params):
+        return self._per_sample_checked(x, y, params)[0]
 
     def epsilon(self, delta: float, accountant: str = "rdp") -> float:
         """Privacy spent so far, (epsilon, delta)-DP."""

@@ -483,3 +483,19 @@ GOOD_TARGET = dict(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.01, step
 def test_noise_multiplier_bad_input(name, value, message):
     with pytest.raises(ValueError, match="^" + message):
         noise_multiplier(**{**GOOD_TARGET, name: value})
+
+
+@pytest.mark.parametrize("history", [
+    [(1.5, 0.04, 2250)], [(1.1, 0.01, 5), (0.8, 0.01, 49), (1.1, 0.01, 3000)], [(0.5, 0.3, 10)], [(3.0, 1.0, 7)],
+])
+def test_cached_rdp_equals_opacus_rdp_accountant_exactly(history):
+    """The per-(sigma, q) cache of the RDP curve changes nothing: bit-for-bit Opacus's RDPAccountant."""
+    import warnings
+
+    from opacus.accountants import RDPAccountant
+
+    reference = RDPAccountant()
+    reference.history = list(history)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert epsilon_of_history(history, 1e-5) == reference.get_epsilon(1e-5)

@@ -80,9 +80,7 @@ class AdaClip(ScaledSum):
                  sigma_b: float | None = None):
         super().__init__()
         self.sigma = checks.positive("sigma (total noise multiplier)", sigma)
-        self.p = checks.real("p (target unclipped fraction)", p)
-        if not 0 <= self.p <= 1:
-            raise ValueError(f"p (target unclipped fraction) must be in [0, 1], got {p!r}")
+        self.p = checks.closed_unit("p (target unclipped fraction)", p)
         self.eta_C = checks.non_negative("eta_C (threshold learning rate)", eta_C)
         self.C = checks.positive("C_0 (initial clipping threshold)", C_0)
         self.sigma_b_arg = None if sigma_b is None else checks.positive("sigma_b (unclipped-count noise std)", sigma_b)
