@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dpbook.methods.base import GaussianNoise
+
 
 def per_example_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params=None,
                           loss_fn=nn.functional.cross_entropy) -> list[list[torch.Tensor]]:
@@ -29,3 +31,35 @@ def apply_update(model: nn.Module, optimizer: torch.optim.Optimizer, summed: lis
         p.grad = s / B
     optimizer.step()
     optimizer.zero_grad()
+
+
+# --- small shared fixtures of the method tests ----------------------------------------------------------------
+
+OPTIMIZERS = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.5),
+    "momentum": lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.9),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+}
+
+# Gradient norms that break naive scaling code: zero, subnormal-adjacent, tiny, huge.
+ADVERSARIAL_NORMS = [0.0, 1e-300, 1e-30, 1e-12, 1e-6, 1e-3, 0.5, 1.0, 2.0, 1e3, 1e6, 1e12, 1e30, 1e300]
+
+
+def tiny_cnn(seed: int = 0) -> nn.Module:
+    """A 154-parameter CNN on 1x6x6 inputs (GroupNorm, no BatchNorm), seeded."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.GroupNorm(1, 3), nn.Flatten(), nn.Linear(3 * 4 * 4, 4))
+
+
+def batch(n: int, seed: int = 1):
+    """``n`` random 1x6x6 inputs (scaled so that gradient norms spread) and labels in 0..3, seeded."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 1, 6, 6, generator=g) * 3, torch.randint(0, 4, (n,), generator=g)
+
+
+class NoNoise(GaussianNoise):
+    """A noise source of std 0: switches a method's noise off without changing its noise multipliers
+    (needed where sigma = 0 is not a valid setting, e.g. DC-SGD's sigma_T or Andrew et al.'s sigma_Delta)."""
+
+    def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
+        return torch.zeros_like(t)

@@ -23,8 +23,9 @@ from dpbook.methods.dynamic import DynamicClipping, dynamic_threshold
 from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
 from dpbook.train import Trainer
-from tests.reference import apply_update, flat_norm, per_example_gradients
-from tests.test_dcsgd import ADVERSARIAL_NORMS, OPTIMIZERS, NoNoise, batch, drive, tiny_cnn
+from tests.reference import (ADVERSARIAL_NORMS, OPTIMIZERS, NoNoise, apply_update, batch, flat_norm,
+                             per_example_gradients, tiny_cnn)
+from tests.test_dcsgd import drive
 
 B = 8.0
 

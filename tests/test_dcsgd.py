@@ -28,24 +28,10 @@ from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
 from dpbook.synthetic import run_on_norms
 from dpbook.train import Trainer
-from tests.reference import apply_update, flat_norm, per_example_gradients
+from tests.reference import (ADVERSARIAL_NORMS, OPTIMIZERS, NoNoise, apply_update, batch, flat_norm,
+                             per_example_gradients, tiny_cnn)
 
 B = 8.0
-OPTIMIZERS = {
-    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.5),
-    "momentum": lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.9),
-    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
-}
-ADVERSARIAL_NORMS = [0.0, 1e-300, 1e-12, 1e-6, 1e-3, 0.5, 1.0, 2.0, 1e3, 1e6, 1e12, 1e300]
-
-
-class NoNoise(GaussianNoise):
-    """A noise source of std 0: the honest way to switch DC-SGD's noise off (see the module docstring)."""
-
-    def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
-        return torch.zeros_like(t)
-
-
 def drive(method, norm_batches, *, noise=None, d: int = 1000, expected_batch_size: float | None = None):
     """Run a norms-only method through the protocol with the noise off (default) and B = the mean batch size."""
     B = expected_batch_size or max(1.0, float(np.mean([len(n) for n in norm_batches])))
@@ -184,16 +170,6 @@ def test_e_range_rules():
 
 
 # --- the methods through the engine ----------------------------------------------------------------------------
-
-def tiny_cnn(seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.GroupNorm(1, 3), nn.Flatten(), nn.Linear(3 * 4 * 4, 4))
-
-
-def batch(n: int, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 1, 6, 6, generator=g) * 3, torch.randint(0, 4, (n,), generator=g)
-
 
 def ref_histogram(norms, R, b):
     H = [0.0] * b

@@ -14,26 +14,9 @@ from dpbook.methods import DPSGD, make_method
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import NonFiniteGradientError
 from dpbook.sampling import PoissonSampler, micro_batches
-from tests.reference import apply_update, flat_norm, per_example_gradients
+from tests.reference import OPTIMIZERS, apply_update, batch, flat_norm, per_example_gradients, tiny_cnn
 
 B = 8.0  # expected batch size used by the tests
-OPTIMIZERS = {
-    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.5),
-    "momentum": lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.9),
-    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
-}
-
-
-def tiny_cnn(seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.GroupNorm(1, 3), nn.Flatten(), nn.Linear(3 * 4 * 4, 4))
-
-
-def batch(n: int, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 1, 6, 6, generator=g) * 3, torch.randint(0, 4, (n,), generator=g)
-
-
 def reference_steps(model, optimizer, batches, C):
     """One example at a time: backward, flat L2 clip, sum, divide by the expected B, optimizer step."""
     params = [p for p in model.parameters() if p.requires_grad]
