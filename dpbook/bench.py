@@ -30,18 +30,25 @@ from dpbook.optim import DPOptimizer
 from dpbook.per_sample import PerSampleGradients, flat_norms, weighted_sum
 
 
-def _median_ms(fn, repeats: int, device: torch.device) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
+def _interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
+    """Median wall time (ms) of each step function, timed in interleaved rounds (A B C A B C ...) so that a
+    change in the machine's load hits every contender alike; one warm-up call each first."""
+    def once(fn) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+        return time.perf_counter() - start
+
+    for fn in steps.values():
+        fn()
+    times = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, fn in steps.items():
+            times[name].append(once(fn))
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
 def _batch(B: int, shape, device, seed=0):
@@ -52,7 +59,6 @@ def _batch(B: int, shape, device, seed=0):
 def step_times(*, B: int = 256, repeats: int = 7, device: torch.device) -> dict[str, float]:
     x, y = _batch(B, (1, 28, 28), device)
     loss_fn = nn.functional.cross_entropy
-    times = {}
 
     model = mnist_cnn().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -62,26 +68,24 @@ def step_times(*, B: int = 256, repeats: int = 7, device: torch.device) -> dict[
         loss_fn(model(x), y).backward()
         opt.step()
 
-    times["non-private step"] = _median_ms(nonprivate, repeats, device)
-
-    model = mnist_cnn().to(device)
-    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), DPSGD(C=1.0, sigma=1.0),
+    dp_model = mnist_cnn().to(device)
+    engine = DPOptimizer(dp_model, torch.optim.SGD(dp_model.parameters(), lr=0.1), DPSGD(C=1.0, sigma=1.0),
                          sample_rate=B / 60000, expected_batch_size=B)
-    times["dpbook DP-SGD step"] = _median_ms(lambda: engine.step(x, y), repeats, device)
-
-    times["Opacus DP-SGD step"] = _median_ms(_opacus_step(B, x, y, device), repeats, device)
-
-    model = mnist_cnn().to(device)
-    psg = PerSampleGradients(model, loss_fn)
+    psg = PerSampleGradients(mnist_cnn().to(device), loss_fn)
     clip = DPSGD(C=1.0, sigma=1.0)
 
     def torch_func_clip():
         grads = psg(x, y)
         weighted_sum(grads, clip.weights(flat_norms(grads)))
 
-    times["per-sample grads + clip: torch.func"] = _median_ms(torch_func_clip, repeats, device)
-    times["per-sample grads + clip: Opacus hooks"] = _median_ms(_opacus_hooks_clip(x, y, device), repeats, device)
-    return times
+    steps = {
+        "non-private step": nonprivate,
+        "dpbook DP-SGD step": lambda: engine.step(x, y),
+        "Opacus DP-SGD step": _opacus_step(B, x, y, device),
+        "per-sample grads + clip: torch.func": torch_func_clip,
+        "per-sample grads + clip: Opacus hooks": _opacus_hooks_clip(x, y, device),
+    }
+    return _interleaved_median_ms(steps, repeats, device)
 
 
 def _opacus_step(B, x, y, device):

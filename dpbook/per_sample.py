@@ -60,8 +60,8 @@ class PerSampleGradients:
 
 def flat_norms(grads: Grads) -> torch.Tensor:
     """The L2 norm of each example's whole gradient (all parameters flattened together), shape (n,)."""
-    squares = [g.flatten(1).pow(2).sum(1) for g in grads]
-    return torch.stack(squares).sum(0).sqrt()
+    per_parameter = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
+    return torch.linalg.vector_norm(per_parameter, dim=0)
 
 
 def weighted_sum(grads: Grads, weights: torch.Tensor) -> Grads:
