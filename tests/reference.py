@@ -45,16 +45,17 @@ OPTIMIZERS = {
 ADVERSARIAL_NORMS = [0.0, 1e-300, 1e-30, 1e-12, 1e-6, 1e-3, 0.5, 1.0, 2.0, 1e3, 1e6, 1e12, 1e30, 1e300]
 
 
-def tiny_cnn(seed: int = 0) -> nn.Module:
-    """A 154-parameter CNN on 1x6x6 inputs (GroupNorm, no BatchNorm), seeded."""
+def tiny_cnn(seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """A 232-parameter CNN on 1x6x6 inputs (GroupNorm, no BatchNorm), seeded."""
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.GroupNorm(1, 3), nn.Flatten(), nn.Linear(3 * 4 * 4, 4))
+    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.GroupNorm(1, 3), nn.Flatten(), nn.Linear(3 * 4 * 4, 4))
+    return model.to(dtype)
 
 
-def batch(n: int, seed: int = 1):
+def batch(n: int, seed: int = 1, dtype: torch.dtype = torch.float32):
     """``n`` random 1x6x6 inputs (scaled so that gradient norms spread) and labels in 0..3, seeded."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 1, 6, 6, generator=g) * 3, torch.randint(0, 4, (n,), generator=g)
+    return (torch.randn(n, 1, 6, 6, generator=g) * 3).to(dtype), torch.randint(0, 4, (n,), generator=g)
 
 
 class NoNoise(GaussianNoise):

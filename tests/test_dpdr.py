@@ -31,30 +31,21 @@ from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import flat_norms
 from dpbook.train import Trainer
+from tests import reference
 from tests.reference import apply_update, flat_norm, per_example_gradients
 
 B = 8.0  # expected batch size of the small tests
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These tiny models run several times faster on one thread than on two busy ones; restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 SHAPES = [(3, 4), (4,), (2, 2, 3)]  # three "layers" (parameter tensors) for the synthetic tests
 
 
 def tiny_cnn(seed: int = 0, dtype=torch.float64) -> nn.Module:
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.GroupNorm(1, 3), nn.Flatten(), nn.Linear(48, 4))
-    return model.to(dtype)
+    return reference.tiny_cnn(seed, dtype=dtype)  # float64 by default: the oracle compares only the algorithm
 
 
 def batch(n: int, seed: int, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(n, 1, 6, 6, generator=g) * 3).to(dtype), torch.randint(0, 4, (n,), generator=g)
+    return reference.batch(n, seed, dtype=dtype)
 
 
 def random_grads(n: int, seed: int = 0, dtype=torch.float64) -> list[torch.Tensor]:

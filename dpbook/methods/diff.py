@@ -1,0 +1,260 @@
+r"""Privatising gradient *differences*: DIFF (the DPDR paper's strawman, Eq. (1)) and DIFF2 (Murata & Suzuki, 2023).
+
+Both release, at most steps, a clipped and noised *difference* and add back an estimate that was already released
+(post-processing), so the sensitivity is the difference's clipping bound ``C_d`` and the accountant sees ``sigma``
+at every step. Both keep that estimate as state. They differ in *what* is subtracted.
+
+**DIFF** (DPDR paper, Sec. 4.1, Eq. (1), read as in the notes §2.2 [F-6]): subtract the previous *released* gradient
+from each per-sample gradient::
+
+    t = 1:   g~_1 = ( sum_i Clip(g_i, C_g) + N(0, sigma^2 C_g^2 I) ) / B                 (DP-SGD; no g~_0 exists)
+    t >= 2:  g~_t = ( sum_i Clip(g_i - g~_{t-1}, C_d) + N(0, sigma^2 C_d^2 I) ) / B + g~_{t-1}      Eq. (1)
+
+The paper does not say how step 1 is done or whether DIFF runs on all steps; we read step 1 as DP-SGD with
+``C_g`` (default ``C_g = C_d``, the notes' pseudo-code) and DIFF on all later steps (its collapse on SVHN in
+Table 1 suggests so). Per-sample residual norms come from inner products, as in DPDR:
+``||g_i - v||^2 = ||g_i||^2 - 2 <g_i, v> + ||v||^2`` and ``sum_i c_i (g_i - v) = sum_i c_i g_i - (sum_i c_i) v``
+(no per-sample residual tensor; the same rounding slack as :mod:`dpbook.methods.dpdr` guards the cancellation).
+
+**DIFF2** (Murata & Suzuki, ICML 2023; the DPDR paper gives no formula, only "adding noises to the difference of
+consecutive sanitized gradients on the same batch" with "doubled computation"). We implement the notes' §9
+reading, a running estimator refreshed by DP-SGD every ``restart_every`` steps::
+
+    restart steps (t = 1, 1 + R, 1 + 2R, ...):  v_t = ( sum_i Clip(grad l(w_t; x_i), C_g) + N(0, sigma^2 C_g^2 I) ) / B
+    other steps:  v_t = v_{t-1} + ( sum_i Clip(grad l(w_t; x_i) - grad l(w_{t-1}; x_i), C_d) + N(0, sigma^2 C_d^2 I) ) / B
+    w_{t+1} = optimizer(w_t, v_t)
+
+Both gradients of a difference are taken on the *same* Poisson batch of step t (one release, sensitivity C_d), at
+the current and at the previous iterate (``MicroBatch.grads_at``): twice the gradient work of DP-SGD. What
+DIFF2's original leaves open here, and our choices [F-25]: the restart period (``restart_every``, default 50,
+our choice); the budget split between restart and difference steps (one ``sigma`` for both, so every step costs
+the same); the clipping bound at restarts (``C_g``, default ``C_d``). DIFF2 was designed for full-batch
+distributed learning; this is its single-machine, Poisson-minibatch form.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import Sequence
+
+import torch
+
+from dpbook import checks
+from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.methods.dpdr import rounding_slack
+from dpbook.methods.registry import register
+from dpbook.per_sample import Grads, NonFiniteGradientError, flat_norms, weighted_sum
+
+__all__ = ["DIFF", "DIFF2"]
+
+
+class _DifferenceMethod(Method):
+    """What DIFF and DIFF2 share: DP-SGD on "restart" steps, a clipped difference plus the carried estimate otherwise.
+
+    The carried estimate ``previous`` (``g~_{t-1}`` for DIFF, ``v_{t-1}`` for DIFF2) is kept divided by B, as the
+    engine's optimizer sees it; the released *sum* is ``noisy sum of differences + B * previous``.
+    """
+
+    def __init__(self, *, C_d: float, sigma: float, C_g: float | None):
+        super().__init__()
+        self.C_d = checks.positive("C_d (clipping bound of the differences)", C_d)
+        self.C_g = self.C_d if C_g is None else checks.positive("C_g (DP-SGD clipping bound)", C_g)
+        self.sigma = checks.non_negative("sigma (noise multiplier)", sigma)
+        self.previous: list[torch.Tensor] = []
+        self._diagnostics: dict[str, float] = {}
+
+    @property
+    def step(self) -> int:
+        """The 1-based index of the coming step."""
+        return self.t + 1
+
+    @abc.abstractmethod
+    def is_restart(self) -> bool:
+        """Is the coming step a DP-SGD step (no difference)?"""
+
+    def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
+        super().bind(params, expected_batch_size=expected_batch_size)
+        self.previous = [torch.zeros_like(p, memory_format=torch.contiguous_format).detach() for p in params]
+
+    def sensitivity(self) -> float:
+        return self.C_g if self.is_restart() else self.C_d
+
+    def noise_std(self) -> float:
+        return self.sigma * self.sensitivity()
+
+    def noise_multiplier(self) -> float:
+        return self.sigma
+
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        return {"sum": [torch.zeros_like(p) for p in params], "n": 0, "norm": 0.0, "difference": 0.0, "clipped": 0}
+
+    def _add(self, acc: dict, mb: MicroBatch, grads: Grads, c: torch.Tensor, diff_norms: torch.Tensor | None):
+        acc["n"] += mb.n  # diagnostics are summed as tensors (no device synchronisation) and read in release
+        acc["norm"] = acc["norm"] + mb.norms.sum()
+        acc["clipped"] = acc["clipped"] + (c < 1).sum()
+        if diff_norms is not None:
+            acc["difference"] = acc["difference"] + diff_norms.sum()
+        for total, part in zip(acc["sum"], weighted_sum(grads, c)):
+            total.add_(part)
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        restart = self.is_restart()
+        std = self.noise_std()
+        noisy = [s + noise.like(s, std) for s in acc["sum"]]
+        released = noisy if restart else [s + self.B * v for s, v in zip(noisy, self.previous)]  # + B g~_{t-1}
+        self.previous = [r / self.B for r in released]  # the released gradient, as the optimizer sees it
+        n = acc["n"]
+        mean = (lambda total: float(total) / n) if n else (lambda total: math.nan)
+        self._diagnostics = {
+            "restart": float(restart),
+            "released_norm": float(torch.sqrt(sum(v.pow(2).sum() for v in self.previous))),
+            "nonprivate/norm": mean(acc["norm"]),
+            "nonprivate/clipped_fraction": mean(acc["clipped"]),
+            **({} if restart else {"nonprivate/difference_norm": mean(acc["difference"])}),
+        }
+        return released
+
+    def diagnostics(self) -> dict[str, float]:
+        """Of the last step: ``restart`` (1.0 on DP-SGD steps), ``released_norm`` (private), and, from raw data, the
+        batch means of ``||g_i||`` and of the (unclipped) difference's norm, and the fraction of clipped examples."""
+        return {"C_d": self.C_d, "C_g": self.C_g, **self._diagnostics}
+
+    def state_dict(self) -> dict:
+        return {"t": self.t, "previous": [v.clone() for v in self.previous]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.t = int(state["t"])
+        self.previous = [v.clone() for v in state["previous"]]
+
+
+@register("diff")
+class DIFF(_DifferenceMethod):
+    r"""DIFF, the DPDR paper's strawman (Eq. (1)): clip and noise ``g_i - g~_{t-1}``, then add ``g~_{t-1}`` back.
+
+    Args:
+        C_d: clipping bound of the residuals ``g_i - g~_{t-1}`` (the paper tunes it in [0.001, 1]).
+        sigma: noise multiplier, the same at every step.
+        C_g: clipping bound of step 1 (DP-SGD; default ``C_d``).
+
+    State: ``t`` and ``previous`` = g~_{t-1} (the released gradient, divided by B).
+
+    >>> from torch import nn
+    >>> from dpbook.optim import DPOptimizer
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Linear(3, 2)
+    >>> method = DIFF(C_d=0.5, sigma=1.0, C_g=1.0)
+    >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=0.1,
+    ...                   expected_batch_size=4)
+    >>> method.sensitivity()  # step 1 is DP-SGD
+    1.0
+    >>> _ = opt.step(torch.randn(4, 3), torch.randint(0, 2, (4,)))
+    >>> method.sensitivity(), opt.ledger.history
+    (0.5, [(1.0, 0.1, 1)])
+    """
+
+    def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None):
+        super().__init__(C_d=C_d, sigma=sigma, C_g=C_g)
+        self._tau = 0.0
+
+    def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
+        super().bind(params, expected_batch_size=expected_batch_size)
+        self._tau = rounding_slack(params[0].dtype, self.d)
+
+    def is_restart(self) -> bool:
+        return self.step == 1
+
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        acc = super().start(params)
+        acc["c_total"] = params[0].new_zeros(())  # sum_i c_i, for the correction - (sum_i c_i) g~_{t-1}
+        return acc
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        if self.is_restart():  # DP-SGD: sum_i g_i min(1, C_g / ||g_i||)
+            self._add(acc, mb, mb.grads, (self.C_g / mb.norms).clamp(max=1.0), None)
+            return
+        v = self.previous                                                            # g~_{t-1}
+        v_sq = sum(x.pow(2).sum() for x in v)
+        inner = sum(g.flatten(1) @ x.flatten() for g, x in zip(mb.grads, v))          # <g_i, g~_{t-1}>
+        diff_sq = (mb.norms.pow(2) - 2 * inner + v_sq).clamp(min=0)                  # ||g_i - g~_{t-1}||^2
+        slack = self._tau * (mb.norms + v_sq.sqrt()).pow(2)                          # rounding guard (dpdr docs)
+        c = (self.C_d / (diff_sq + slack).sqrt()).clamp(max=1.0)                     # min(1, C_d/||g_i - g~||)
+        acc["c_total"] += c.sum()                                                    # sum_i c_i
+        self._add(acc, mb, mb.grads, c, diff_sq.sqrt())
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        if not self.is_restart():  # sum_i c_i (g_i - g~_{t-1}) = sum_i c_i g_i - (sum_i c_i) g~_{t-1}
+            acc["sum"] = [s - acc["c_total"] * v for s, v in zip(acc["sum"], self.previous)]
+        return super().release(acc, noise)
+
+
+@register("diff2")
+class DIFF2(_DifferenceMethod):
+    r"""DIFF2 (Murata & Suzuki, 2023): a running estimator of the gradient, updated by privatised differences of
+    per-sample gradients at consecutive iterates on the same batch, and reset by DP-SGD every ``restart_every`` steps.
+
+    Args:
+        C_d: clipping bound of ``grad l(w_t; x_i) - grad l(w_{t-1}; x_i)`` (the paper tunes it in [0.001, 1]).
+        sigma: noise multiplier, the same at every step (our choice: the split is not given, [F-25]).
+        C_g: clipping bound of the restart (DP-SGD) steps (default ``C_d``).
+        restart_every: R, steps between restarts (1, 1 + R, 1 + 2R, ...); default 50 (our choice, [F-25]);
+            ``None``: only step 1.
+
+    State: ``t``, ``previous`` = v_{t-1} (the released estimate, divided by B) and ``w_previous`` (the parameters at
+    which the previous step's gradients were taken).
+
+    >>> from torch import nn
+    >>> from dpbook.optim import DPOptimizer
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Linear(3, 2)
+    >>> method = DIFF2(C_d=0.1, sigma=1.0, C_g=1.0, restart_every=2)
+    >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=0.1,
+    ...                   expected_batch_size=4)
+    >>> restarts = []
+    >>> for _ in range(4):
+    ...     restarts.append(opt.step(torch.randn(4, 3), torch.randint(0, 2, (4,)))["restart"])
+    >>> restarts, opt.ledger.history
+    ([1.0, 0.0, 1.0, 0.0], [(1.0, 0.1, 4)])
+    """
+
+    def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None, restart_every: int | None = 50):
+        super().__init__(C_d=C_d, sigma=sigma, C_g=C_g)
+        self.restart_every = None if restart_every is None else checks.integer("restart_every", restart_every)
+        self.w_previous: list[torch.Tensor] = []
+
+    def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
+        super().bind(params, expected_batch_size=expected_batch_size)
+        self.w_previous = [p.detach().clone() for p in params]
+
+    def is_restart(self) -> bool:
+        if self.restart_every is None:
+            return self.step == 1
+        return (self.step - 1) % self.restart_every == 0
+
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        acc = super().start(params)
+        acc["w"] = [p.detach().clone() for p in params]  # w_t, the w_{t-1} of the next step
+        return acc
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        if self.is_restart():
+            self._add(acc, mb, mb.grads, (self.C_g / mb.norms).clamp(max=1.0), None)
+            return
+        before = mb.grads_at(self.w_previous)                                   # grad l(w_{t-1}; x_i), same batch
+        delta = [g - h for g, h in zip(mb.grads, before)]
+        norms = flat_norms(delta)
+        if not bool(torch.isfinite(norms).all()):
+            raise NonFiniteGradientError("a per-sample gradient at the previous iterate w_{t-1} is NaN or infinite")
+        self._add(acc, mb, delta, (self.C_d / norms).clamp(max=1.0), norms)     # sum_i Clip(delta_i, C_d)
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        released = super().release(acc, noise)
+        self.w_previous = acc["w"]
+        return released
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "w_previous": [w.clone() for w in self.w_previous]}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.w_previous = [w.clone() for w in state["w_previous"]]

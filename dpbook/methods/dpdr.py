@@ -1,0 +1,420 @@
+r"""DPDR (Liu et al., 2024): gradient Decomposition against the previous noisy gradient, and Reconstruction.
+
+Algorithm 1 of the paper, as read in the notes (``seed-dpdr.md`` §2.5; flags [F-n] are the notes' §10). The
+"layers" are the model's parameter tensors (weight and bias apart) [F-10]; ``m`` is their number, ``b^(l)`` the
+unit direction of layer ``l`` of the previous *released* gradient, and the engine divides the release by the
+expected batch size B [F-5]::
+
+    for t = 1..T:
+        if 2 <= t <= s:                                           # a GDR step (s - 1 of them) [F-9]
+            a_i^(l) = <g_i^(l), b^(l)>                              Eq. (2), ||b^(l)|| = 1 [F-11]
+            p_i^(l) = g_i^(l) - a_i^(l) b^(l)                       Eq. (2): the orthogonal (incremental) part
+            P = sum_i p_i min(1, C_perp / ||p_i||)                  one flat L2 clip over all layers [F-10]
+            A = sum_i a_i min(1, C_alpha / ||a_i||)                 a_i in R^m, one joint L2 clip [F-4]
+            g~_perp = P + N(0, sigma_perp^2 C_perp^2 I_d)
+            alpha~  = A + N(0, sigma_alpha^2 C_alpha^2 I_m)
+            g~^(l)  = alpha~^(l) b^(l) + g~_perp^(l)                 reconstruction
+        else:                                                     # DP-SGD: t = 1 and t > s
+            g~ = sum_i g_i min(1, C_g / ||g_i||) + N(0, sigma_g^2 C_g^2 I_d)
+        w <- optimizer(w, g~ / B)                                  (the engine)
+        if t < s: b^(l) = g~^(l) / ||g~^(l)||                      post-processing; also after step 1 [F-8]
+
+**Efficient implementation** (notes §2.5). Because ``||b^(l)|| = 1``, only per-sample layer norms and inner
+products with ``b`` are needed; no per-sample orthogonal tensor is ever formed::
+
+    ||p_i||^2       = sum_l ( ||g_i^(l)||^2 - (a_i^(l))^2 )
+    sum_i c_i p_i^(l) = sum_i c_i g_i^(l) - ( sum_i c_i a_i^(l) ) b^(l)
+
+The subtraction ``||g||^2 - a^2`` cancels when a gradient is nearly parallel to ``b``: in float32 rounding could
+then *under*-estimate ``||p_i||`` and let a contribution exceed C_perp. The norm used for clipping is therefore
+``sqrt(||p_i||^2 + tau ||g_i||^2)`` with ``tau = 4 (log2(d_max) + 1) eps`` of the dtype (:func:`rounding_slack`:
+about 6e-6 in float32 for the digits CNN, 1e-14 in float64), which bounds the rounding of both formulas above.
+In float32 it changes the clip factor by less than 0.04% for any gradient whose orthogonal part exceeds 10% of
+its norm (by 3% at 1%); it is what makes
+``||contribution|| <= C_perp`` hold on adversarial inputs (``tests/test_dpdr.py``).
+
+**Accounting** (notes §3.5). The two releases of a GDR step see the same Poisson batch: they are one Gaussian
+mechanism with noise multiplier ``sigma_eff = (sigma_perp^-2 + sigma_alpha^-2)^(-1/2)``, not two independent
+ones (Theorem 1's ``eps_perp + eps_alpha`` composes them as if they were independent [F-13]). The run's history is
+``[(sigma_g, q, 1), (sigma_eff, q, s - 1), (sigma_g, q, T - s)]``; :func:`calibrate_sigma_g` finds the sigma_g
+that makes it cost exactly a target epsilon.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Sequence
+
+import torch
+
+from dpbook import checks
+from dpbook.accounting import MAX_NOISE_MULTIPLIER, epsilon_of_history, sigma_eff
+from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.methods.registry import register
+from dpbook.per_sample import Grads, weighted_sum
+
+__all__ = [
+    "DPDR",
+    "calibrate_sigma_g",
+    "difference_sq_norms",
+    "dpdr_history",
+    "layer_coefficients",
+    "orthogonal_sq_norms",
+    "project",
+    "rounding_slack",
+    "unit_directions",
+]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The decomposition (Eq. (2)), per layer, on per-sample gradients and on single vectors
+# --------------------------------------------------------------------------------------------------------------
+
+def unit_directions(g: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    r"""``b^(l) = g^(l) / ||g^(l)||`` for each layer (parameter tensor) of one gradient; 0 where ``g^(l) = 0``.
+
+    A zero layer has no direction: its ``b^(l) = 0`` makes ``a^(l) = 0`` and ``p^(l) = g^(l)`` (that layer is not
+    decomposed). With noise on, a released layer is zero with probability 0.
+
+    >>> [b.tolist() for b in unit_directions([torch.tensor([3.0, 4.0]), torch.zeros(2)])]
+    [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    out = []
+    for layer in g:
+        norm = layer.norm()  # torch.where, not an if: no device synchronisation
+        out.append(torch.where(norm > 0, layer / norm, torch.zeros_like(layer)))
+    return out
+
+
+def project(g: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    r"""Decompose ONE gradient against ``b``, layer by layer (Eq. (2)): ``(alpha, g_perp)``.
+
+    ``alpha^(l) = <g^(l), b^(l)>`` (shape ``(m,)``) and ``g_perp^(l) = g^(l) - alpha^(l) b^(l)``, so that
+    ``g^(l) = alpha^(l) b^(l) + g_perp^(l)`` with ``g_perp^(l)`` orthogonal to ``b^(l)``. For teaching and tests;
+    :class:`DPDR` never forms ``g_perp`` per sample.
+
+    >>> alpha, g_perp = project([torch.tensor([1.0, 2.0])], [torch.tensor([1.0, 0.0])])
+    >>> alpha.tolist(), g_perp[0].tolist()
+    ([1.0], [0.0, 2.0])
+    """
+    alpha = torch.stack([(gl * bl).sum() for gl, bl in zip(g, b)])
+    return alpha, [gl - al * bl for gl, al, bl in zip(g, alpha, b)]
+
+
+def layer_coefficients(grads: Grads, b: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Per-sample parallel coefficients and squared layer norms: ``(a, sq)``, both of shape ``(n, m)``.
+
+    ``a[i, l] = <g_i^(l), b^(l)>`` and ``sq[i, l] = ||g_i^(l)||^2``: the only per-sample quantities the
+    decomposition needs (``O(n d)`` work, ``O(n m)`` memory).
+
+    >>> grads = [torch.tensor([[3.0, 4.0], [0.0, 1.0]])]          # two examples, one layer of size 2
+    >>> a, sq = layer_coefficients(grads, [torch.tensor([1.0, 0.0])])
+    >>> a.tolist(), sq.tolist()
+    ([[3.0], [0.0]], [[25.0], [1.0]])
+    """
+    a = torch.stack([g.flatten(1) @ bl.flatten() for g, bl in zip(grads, b)], dim=1)
+    sq = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1).pow(2)  # fused, no temporary
+    return a, sq
+
+
+def orthogonal_sq_norms(a: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
+    r"""``||p_i||^2 = sum_l (||g_i^(l)||^2 - (a_i^(l))^2)`` (Pythagoras per layer), shape ``(n,)``, clamped at 0.
+
+    >>> orthogonal_sq_norms(torch.tensor([[3.0]]), torch.tensor([[25.0]])).tolist()
+    [16.0]
+    """
+    return (sq - a.pow(2)).clamp(min=0).sum(1)
+
+
+def difference_sq_norms(a: torch.Tensor, sq: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    r"""``||g_i - g~||^2`` for a previous gradient ``g~^(l) = r_l b^(l)``: the DIFF residual (Eq. (1)), shape ``(n,)``.
+
+    ``||g_i - g~||^2 = ||g_i||^2 - 2 sum_l r_l a_i^(l) + sum_l r_l^2``; ``r`` (shape ``(m,)``) holds the layer norms
+    of ``g~``. Always >= :func:`orthogonal_sq_norms` (notes §2.3, [F-7]): the orthogonal part is the shortest
+    residual ``g - c b`` over all ``c``, and DIFF subtracts one particular ``c``.
+
+    >>> difference_sq_norms(torch.tensor([[3.0]]), torch.tensor([[25.0]]), torch.tensor([5.0])).tolist()
+    [20.0]
+    """
+    return (sq.sum(1) - 2 * (a * r).sum(1) + r.pow(2).sum()).clamp(min=0)
+
+
+def rounding_slack(dtype: torch.dtype, d_max: int) -> float:
+    r"""``tau = 4 (log2(d_max) + 1) eps(dtype)``: the relative slack added to squared norms computed by cancellation.
+
+    A dot product of length ``d`` summed pairwise has a rounding error of at most about ``log2(d) eps ||x|| ||y||``;
+    ``||g||^2 - a^2`` therefore errs by at most about ``3 log2(d) eps ||g||^2``, which ``tau ||g||^2`` covers.
+
+    >>> f"{rounding_slack(torch.float32, 4608):.1e}", f"{rounding_slack(torch.float64, 4608):.1e}"
+    ('6.3e-06', '1.2e-14')
+    """
+    return 4 * (math.log2(max(d_max, 1)) + 1) * torch.finfo(dtype).eps
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The method
+# --------------------------------------------------------------------------------------------------------------
+
+@register("dpdr")
+class DPDR(Method):
+    r"""DPDR: GDR steps ``t = 2..s`` (decompose against ``b``, clip and noise ``g_perp`` and ``alpha``, reconstruct),
+    DP-SGD at ``t = 1`` and ``t > s``. Names follow the paper (Algorithm 1, Table 2).
+
+    Args:
+        C_perp, sigma_perp: clipping bound and noise multiplier of the orthogonal parts (flat L2 over all layers).
+        C_alpha, sigma_alpha: clipping bound and noise multiplier of the vector of per-layer coefficients
+            ``alpha_i in R^m`` (joint L2 clip, [F-4]; clipping each ``|alpha^(l)|`` instead would multiply the
+            sensitivity by ``sqrt(m)``).
+        C_g, sigma_g: DP-SGD's clipping bound and noise multiplier for step 1 and the steps after ``s``.
+        s: the last GDR step (default 50, the paper's best, Fig. 6); ``s = 1`` is plain DP-SGD.
+
+    What the accountant sees (:meth:`noise_multiplier`): ``sigma_g`` on DP-SGD steps and
+    ``sigma_eff(sigma_perp, sigma_alpha)`` on GDR steps (notes §3.5). On a GDR step one example contributes
+    ``e_i a_i^(l) b^(l) + c_i p_i^(l)`` per layer, two orthogonal parts, so :meth:`sensitivity` is
+    ``sqrt(C_perp^2 + C_alpha^2)``; :meth:`noise_std` is the isotropic part ``sigma_perp C_perp``, and the
+    ``alpha`` noise ``sigma_alpha C_alpha`` lies along each ``b^(l)`` only.
+
+    State (:meth:`state_dict`): ``t``, the base ``b`` (one unit tensor per layer) and ``released_norms`` (the layer
+    norms of the previous released gradient, divided by B; for the DIFF-residual diagnostic).
+
+    Example (noise on; step 1 is DP-SGD, steps 2..3 are GDR steps, then DP-SGD):
+
+    >>> from torch import nn
+    >>> from dpbook.optim import DPOptimizer
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Linear(3, 2)
+    >>> method = DPDR(C_perp=1.0, C_alpha=1.0, sigma_perp=1.0, sigma_alpha=2.0, C_g=1.0, sigma_g=1.1, s=3)
+    >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=0.1,
+    ...                   expected_batch_size=4)
+    >>> for _ in range(5):
+    ...     _ = opt.step(torch.randn(4, 3), torch.randint(0, 2, (4,)))
+    >>> [(round(sigma, 4), steps) for sigma, _, steps in opt.ledger.history]
+    [(1.1, 1), (0.8944, 2), (1.1, 2)]
+    >>> round(method.sensitivity(), 4), method.noise_multiplier()
+    (1.0, 1.1)
+    """
+
+    def __init__(self, *, C_perp: float, C_alpha: float, sigma_perp: float, sigma_alpha: float, C_g: float,
+                 sigma_g: float, s: int = 50):
+        super().__init__()
+        self.C_perp = checks.positive("C_perp (clipping bound of the orthogonal parts)", C_perp)
+        self.C_alpha = checks.positive("C_alpha (clipping bound of the parallel coefficients)", C_alpha)
+        self.C_g = checks.positive("C_g (DP-SGD clipping bound)", C_g)
+        self.sigma_perp = checks.non_negative("sigma_perp (noise multiplier)", sigma_perp)
+        self.sigma_alpha = checks.non_negative("sigma_alpha (noise multiplier)", sigma_alpha)
+        self.sigma_g = checks.non_negative("sigma_g (noise multiplier)", sigma_g)
+        self.s = checks.integer("s (last GDR step; GDR runs on steps 2..s, s = 1 is DP-SGD)", s, minimum=1)
+        self.b: list[torch.Tensor] = []  # the base b^(l), set by bind, then after each release before step s
+        self.released_norms = torch.zeros(0)  # ||g~^(l)_{t-1}|| / B, for the DIFF-residual diagnostic
+        self._tau = 0.0
+        self._diagnostics: dict[str, float] = {}
+
+    # --- the schedule -----------------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        """The paper's 1-based index of the coming step (``t`` of Algorithm 1)."""
+        return self.t + 1
+
+    def is_gdr_step(self) -> bool:
+        """Is the coming step a decomposition (GDR) step, ``2 <= t <= s``?"""
+        return 2 <= self.step <= self.s
+
+    def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
+        super().bind(params, expected_batch_size=expected_batch_size)
+        self.b = [torch.zeros_like(p, memory_format=torch.contiguous_format).detach() for p in params]
+        self.released_norms = torch.zeros(len(params), dtype=params[0].dtype, device=params[0].device)
+        self._tau = rounding_slack(params[0].dtype, max(p.numel() for p in params))
+
+    # --- declarations -------------------------------------------------------------------------------------------
+    def sensitivity(self) -> float:
+        return math.hypot(self.C_perp, self.C_alpha) if self.is_gdr_step() else self.C_g
+
+    def noise_std(self) -> float:
+        return self.sigma_perp * self.C_perp if self.is_gdr_step() else self.sigma_g * self.C_g
+
+    def noise_multiplier(self) -> float:
+        return sigma_eff(self.sigma_perp, self.sigma_alpha) if self.is_gdr_step() else self.sigma_g
+
+    # --- the step -----------------------------------------------------------------------------------------------
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        acc = {"sum": [torch.zeros_like(p) for p in params], "n": 0, "norm": 0.0, "clipped": 0}
+        if self.is_gdr_step():
+            zeros = self.released_norms.new_zeros(len(params))
+            acc.update(ca=zeros.clone(), A=zeros.clone(), orthogonal=0.0, difference=0.0, clipped_alpha=0)
+        return acc
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        # diagnostics are summed as tensors (no device synchronisation per micro-batch) and read in release
+        acc["n"] += mb.n
+        acc["norm"] = acc["norm"] + mb.norms.sum()
+        if not self.is_gdr_step():  # DP-SGD: sum_i g_i min(1, C_g / ||g_i||)
+            c = (self.C_g / mb.norms).clamp(max=1.0)
+            acc["clipped"] = acc["clipped"] + (c < 1).sum()
+        else:
+            a, sq = layer_coefficients(mb.grads, self.b)                      # a_i^(l) = <g_i^(l), b^(l)>
+            p_sq = orthogonal_sq_norms(a, sq)                                  # ||p_i||^2, Pythagoras per layer
+            c = (self.C_perp / (p_sq + self._tau * sq.sum(1)).sqrt()).clamp(max=1.0)   # min(1, C_perp/||p_i||)
+            e = (self.C_alpha / a.norm(dim=1)).clamp(max=1.0)                 # min(1, C_alpha/||a_i||)
+            acc["ca"] += c @ a                                                 # sum_i c_i a_i^(l)
+            acc["A"] += e @ a                                                  # sum_i e_i a_i
+            acc["clipped"] = acc["clipped"] + (c < 1).sum()
+            acc["clipped_alpha"] = acc["clipped_alpha"] + (e < 1).sum()
+            acc["orthogonal"] = acc["orthogonal"] + p_sq.sqrt().sum()
+            acc["difference"] = acc["difference"] + difference_sq_norms(a, sq, self.released_norms).sqrt().sum()
+        for total, part in zip(acc["sum"], weighted_sum(mb.grads, c)):      # sum_i c_i g_i^(l)
+            total.add_(part)
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        if self.is_gdr_step():
+            P = [s - ca * b for s, ca, b in zip(acc["sum"], acc["ca"], self.b)]   # sum_i c_i p_i^(l)
+            g_perp = [p + noise.like(p, self.sigma_perp * self.C_perp) for p in P]
+            alpha = acc["A"] + noise.like(acc["A"], self.sigma_alpha * self.C_alpha)
+            released = [al * b + gp for al, b, gp in zip(alpha, self.b, g_perp)]  # g~ = alpha~ b + g~_perp
+        else:
+            released = [s + noise.like(s, self.sigma_g * self.C_g) for s in acc["sum"]]
+        self._record_diagnostics(acc, released)
+        if self.step < self.s:  # the next step is a GDR step: its base is this release (post-processing) [F-8]
+            self.b = unit_directions(released)
+            self.released_norms = torch.stack([g.norm() for g in released]) / self.B
+        return released
+
+    # --- state and diagnostics ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"t": self.t, "b": [b.clone() for b in self.b], "released_norms": self.released_norms.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.t = int(state["t"])
+        self.b = [b.clone() for b in state["b"]]
+        self.released_norms = state["released_norms"].clone()
+
+    def _record_diagnostics(self, acc: dict, released: Grads) -> None:
+        n = acc["n"]
+        mean = (lambda total: float(total) / n) if n else (lambda total: math.nan)
+        gdr = self.is_gdr_step()
+        out = {"gdr": float(gdr), "released_norm": float(torch.sqrt(sum(g.pow(2).sum() for g in released))) / self.B,
+               "nonprivate/norm": mean(acc["norm"]), "nonprivate/clipped_fraction": mean(acc["clipped"])}
+        if gdr:
+            out.update({"nonprivate/orthogonal_norm": mean(acc["orthogonal"]),
+                        "nonprivate/difference_norm": mean(acc["difference"]),
+                        "nonprivate/clipped_fraction_alpha": mean(acc["clipped_alpha"])})
+        self._diagnostics = out
+
+    def diagnostics(self) -> dict[str, float]:
+        """Of the last step: ``gdr`` (1.0 on GDR steps), ``released_norm`` (``||g~|| / B``, private), and, from raw
+        data (``nonprivate/``, for analysis only), the batch means of ``||g_i||``, ``||p_i||`` and of the DIFF
+        residual ``||g_i - g~_{t-1}||``, and the fractions of clipped examples."""
+        return {"C_perp": self.C_perp, "C_alpha": self.C_alpha, "C_g": self.C_g, **self._diagnostics}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Accounting: the schedule's history and the exact calibration of sigma_g
+# --------------------------------------------------------------------------------------------------------------
+
+def dpdr_history(*, sigma_g: float, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
+                 steps: int) -> list[tuple[float, float, int]]:
+    r"""The accountant's history of a DPDR run of ``steps`` = T steps: 1 DP-SGD step at sigma_g, ``s - 1`` GDR steps at
+    ``sigma_eff(sigma_perp, sigma_alpha)``, ``T - s`` DP-SGD steps at sigma_g (truncated to T; empty segments dropped).
+
+    ``s >= T`` is GDR on all steps after the first.
+
+    >>> history = dpdr_history(sigma_g=0.803, sigma_perp=0.81, sigma_alpha=2.0, s=50, sample_rate=0.01, steps=4700)
+    >>> [(round(sigma, 4), q, steps) for sigma, q, steps in history]
+    [(0.803, 0.01, 1), (0.7508, 0.01, 49), (0.803, 0.01, 4650)]
+    >>> dpdr_history(sigma_g=1.0, sigma_perp=3.0, sigma_alpha=4.0, s=50, sample_rate=0.01, steps=3)  # T < s
+    [(1.0, 0.01, 1), (2.4, 0.01, 2)]
+    """
+    s = checks.integer("s", s, minimum=1)
+    steps = checks.integer("steps", steps, minimum=0)
+    q = checks.rate("sample_rate", sample_rate)
+    eff = sigma_eff(sigma_perp, sigma_alpha)
+    gdr = max(0, min(s, steps) - 1)
+    segments = [(float(sigma_g), q, min(1, steps)), (eff, q, gdr), (float(sigma_g), q, max(0, steps - s))]
+    return [seg for seg in segments if seg[2] > 0]
+
+
+def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
+                      steps: int, delta: float, accountant: str = "rdp", epsilon_tolerance: float = 1e-4) -> float:
+    r"""The sigma_g that makes a DPDR run cost ``target_epsilon`` for its exact heterogeneous history.
+
+    Given the GDR noise (sigma_perp, sigma_alpha), the schedule (s, T = ``steps``) and q, search sigma_g until
+    ``target_epsilon - epsilon_tolerance <= epsilon(dpdr_history(...)) <= target_epsilon``: a bracket by doubling or
+    halving from 1, then regula falsi on ``log epsilon`` (Illinois variant, with bisection as fallback), about ten
+    evaluations of the accountant. epsilon decreases as sigma_g grows, towards the cost of the ``s - 1`` GDR steps
+    alone (sigma_g = inf); if that cost already reaches the target, no sigma_g can work and a ValueError says so.
+
+    Example: the paper's MNIST row at epsilon 3 (sigma_perp = 0.81, sigma_alpha = 2.0, s = 50, B = 256, 20 epochs);
+    Table 2 prints sigma_g = 0.803, which overspends slightly once the 49 GDR steps are counted at sigma_eff.
+
+    >>> from dpbook.accounting import epsilon_of_history
+    >>> q, T = 256 / 60000, 4700
+    >>> sigma_g = calibrate_sigma_g(3.0, sigma_perp=0.81, sigma_alpha=2.0, s=50, sample_rate=q, steps=T, delta=1e-5)
+    >>> round(sigma_g, 3)
+    0.805
+    >>> history = dpdr_history(sigma_g=sigma_g, sigma_perp=0.81, sigma_alpha=2.0, s=50, sample_rate=q, steps=T)
+    >>> round(epsilon_of_history(history, delta=1e-5), 3)
+    3.0
+    """
+    target = checks.positive("target_epsilon", target_epsilon)
+    tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
+    checks.integer("steps", steps, minimum=1)
+
+    def eps(sigma_g: float) -> float:
+        history = dpdr_history(sigma_g=sigma_g, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, s=s,
+                               sample_rate=sample_rate, steps=steps)
+        with warnings.catch_warnings():  # probes far from the answer trip Opacus's "optimal order" warning
+            warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
+            return epsilon_of_history(history, delta, accountant=accountant)
+
+    floor = eps(math.inf)  # the GDR steps alone
+    if floor >= target:
+        raise ValueError(
+            f"target_epsilon={target!r} is unreachable: the s - 1 = {max(0, min(s, steps) - 1)} GDR steps at "
+            f"sigma_eff(sigma_perp={sigma_perp!r}, sigma_alpha={sigma_alpha!r}) = {sigma_eff(sigma_perp, sigma_alpha):.4g} "
+            f"alone already cost epsilon = {floor:.4g} (q={sample_rate!r}, delta={delta!r}, {accountant!r}). Use larger "
+            f"sigma_perp or sigma_alpha, a smaller s, or a larger target_epsilon.")
+
+    def f(sigma_g: float) -> float:  # decreasing in sigma_g; log makes it nearly linear for the secant steps
+        e = eps(sigma_g)
+        return math.log(e / target) if 0 < e < math.inf else (math.inf if e > 0 else -math.inf)
+
+    # Bracket [lo, hi] with f(lo) > 0 >= f(hi), starting from sigma_g = 1 and doubling or halving.
+    x, fx = 1.0, f(1.0)
+    if fx > 0:
+        lo, f_lo = x, fx
+        hi, f_hi = 2 * x, f(2 * x)
+        while f_hi > 0:
+            if hi >= MAX_NOISE_MULTIPLIER:
+                raise ValueError(f"target_epsilon={target!r} needs sigma_g > {MAX_NOISE_MULTIPLIER:g}; the DP-SGD "
+                                 "steps cannot be made cheap enough")
+            lo, f_lo = hi, f_hi
+            hi = min(2 * hi, MAX_NOISE_MULTIPLIER)
+            f_hi = f(hi)
+    else:
+        hi, f_hi = x, fx
+        lo, f_lo = x / 2, f(x / 2)
+        while f_lo <= 0:
+            hi, f_hi = lo, f_lo
+            lo = lo / 2
+            f_lo = f(lo)
+    # Illinois (regula falsi that halves the stale end's value), falling back to bisection; keeps the bracket and
+    # stops once epsilon(hi) is within epsilon_tolerance below the target.
+    stale = 0
+    for _ in range(200):
+        if target * (1 - math.exp(f_hi)) <= tol or hi - lo <= 1e-12 * hi:
+            break
+        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo) if math.isfinite(f_lo) else (lo + hi) / 2
+        if not lo < x < hi:
+            x = (lo + hi) / 2
+        fx = f(x)
+        if fx <= 0:
+            hi, f_hi = x, fx
+            stale = stale + 1 if stale >= 0 else 1
+            if stale >= 2 and math.isfinite(f_lo):
+                f_lo /= 2
+        else:
+            lo, f_lo = x, fx
+            stale = stale - 1 if stale <= 0 else -1
+            if stale <= -2:
+                f_hi /= 2
+    return hi
