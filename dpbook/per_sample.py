@@ -64,6 +64,17 @@ def flat_norms(grads: Grads) -> torch.Tensor:
     return torch.linalg.vector_norm(per_parameter, dim=0)
 
 
+def clip_factors(norms: torch.Tensor, C: float) -> torch.Tensor:
+    """``min(1, C / ||g_i||)``, the factor of flat L2 clipping ``Clip(g, C) = g min(1, C/||g||)`` (DC-SGD Eq. 1).
+
+    A zero norm gives ``C / 0 = inf``, clamped to 1: a zero gradient stays zero.
+
+        >>> clip_factors(torch.tensor([0.0, 0.5, 4.0]), 1.0)
+        tensor([1.0000, 1.0000, 0.2500])
+    """
+    return (C / norms).clamp(max=1.0)
+
+
 def weighted_sum(grads: Grads, weights: torch.Tensor) -> Grads:
     """``sum_i w_i g_i`` for each parameter: the re-weighted sum every scaling method releases."""
     return [torch.einsum("n,n...->...", weights.to(g.dtype), g) for g in grads]

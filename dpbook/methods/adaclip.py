@@ -34,7 +34,7 @@ import torch
 from dpbook import accounting, checks
 from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
 from dpbook.methods.registry import register
-from dpbook.per_sample import Grads
+from dpbook.per_sample import Grads, clip_factors
 
 
 def unclipped_fraction(noisy_centred_count: float, B: float) -> float:
@@ -103,7 +103,7 @@ class AdaClip(ScaledSum):
 
     # --- declarations -------------------------------------------------------------------------------
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
-        return (self.C / norms).clamp(max=1.0)  # Clip(g, C_t)
+        return clip_factors(norms, self.C)  # Clip(g, C_t)
 
     def sensitivity(self) -> float:
         return self.C  # of the gradient sum; the centred count has sensitivity 1/2

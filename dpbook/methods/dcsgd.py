@@ -66,7 +66,7 @@ from dpbook import accounting, checks
 from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_histogram, noisy_total
 from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
 from dpbook.methods.registry import register
-from dpbook.per_sample import Grads
+from dpbook.per_sample import Grads, clip_factors
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class DCSGD(ScaledSum):
 
     # --- declarations -------------------------------------------------------------------------------
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
-        return (self.C / norms).clamp(max=1.0)  # Clip(g, C_t) = g min(1, C_t/||g||); a zero norm gives 1
+        return clip_factors(norms, self.C)  # Clip(g, C_t)
 
     def sensitivity(self) -> float:
         return self.C  # of the gradient sum; the histogram has sensitivity 1 (histogram_sensitivity)

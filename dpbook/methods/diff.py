@@ -44,7 +44,7 @@ from dpbook import checks
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch
 from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
-from dpbook.per_sample import Grads, NonFiniteGradientError, flat_norms, weighted_sum
+from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors, flat_norms, weighted_sum
 
 __all__ = ["DIFF", "DIFF2"]
 
@@ -171,14 +171,14 @@ class DIFF(_DifferenceMethod):
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
         if self.is_restart():  # DP-SGD: sum_i g_i min(1, C_g / ||g_i||)
-            self._add(acc, mb, mb.grads, (self.C_g / mb.norms).clamp(max=1.0), None)
+            self._add(acc, mb, mb.grads, clip_factors(mb.norms, self.C_g), None)
             return
         v = self.previous                                                            # g~_{t-1}
         v_sq = sum(x.pow(2).sum() for x in v)
         inner = sum(g.flatten(1) @ x.flatten() for g, x in zip(mb.grads, v))          # <g_i, g~_{t-1}>
         diff_sq = (mb.norms.pow(2) - 2 * inner + v_sq).clamp(min=0)                  # ||g_i - g~_{t-1}||^2
         slack = self._tau * (mb.norms + v_sq.sqrt()).pow(2)                          # rounding guard (dpdr docs)
-        c = (self.C_d / (diff_sq + slack).sqrt()).clamp(max=1.0)                     # min(1, C_d/||g_i - g~||)
+        c = clip_factors((diff_sq + slack).sqrt(), self.C_d)                     # min(1, C_d/||g_i - g~||)
         acc["c_total"] += c.sum()                                                    # sum_i c_i
         self._add(acc, mb, mb.grads, c, diff_sq.sqrt())
 
@@ -238,14 +238,14 @@ class DIFF2(_DifferenceMethod):
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
         if self.is_restart():
-            self._add(acc, mb, mb.grads, (self.C_g / mb.norms).clamp(max=1.0), None)
+            self._add(acc, mb, mb.grads, clip_factors(mb.norms, self.C_g), None)
             return
         before = mb.grads_at(self.w_previous)                                   # grad l(w_{t-1}; x_i), same batch
         delta = [g - h for g, h in zip(mb.grads, before)]
         norms = flat_norms(delta)
         if not bool(torch.isfinite(norms).all()):
             raise NonFiniteGradientError("a per-sample gradient at the previous iterate w_{t-1} is NaN or infinite")
-        self._add(acc, mb, delta, (self.C_d / norms).clamp(max=1.0), norms)     # sum_i Clip(delta_i, C_d)
+        self._add(acc, mb, delta, clip_factors(norms, self.C_d), norms)     # sum_i Clip(delta_i, C_d)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         released = super().release(acc, noise)

@@ -52,7 +52,7 @@ from dpbook import checks
 from dpbook.accounting import MAX_NOISE_MULTIPLIER, epsilon_of_history, sigma_eff
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch
 from dpbook.methods.registry import register
-from dpbook.per_sample import Grads, weighted_sum
+from dpbook.per_sample import Grads, clip_factors, weighted_sum
 
 __all__ = [
     "DPDR",
@@ -249,13 +249,13 @@ class DPDR(Method):
         acc["n"] += mb.n
         acc["norm"] = acc["norm"] + mb.norms.sum()
         if not self.is_gdr_step():  # DP-SGD: sum_i g_i min(1, C_g / ||g_i||)
-            c = (self.C_g / mb.norms).clamp(max=1.0)
+            c = clip_factors(mb.norms, self.C_g)
             acc["clipped"] = acc["clipped"] + (c < 1).sum()
         else:
             a, sq = layer_coefficients(mb.grads, self.b)                      # a_i^(l) = <g_i^(l), b^(l)>
             p_sq = orthogonal_sq_norms(a, sq)                                  # ||p_i||^2, Pythagoras per layer
-            c = (self.C_perp / (p_sq + self._tau * sq.sum(1)).sqrt()).clamp(max=1.0)   # min(1, C_perp/||p_i||)
-            e = (self.C_alpha / a.norm(dim=1)).clamp(max=1.0)                 # min(1, C_alpha/||a_i||)
+            c = clip_factors((p_sq + self._tau * sq.sum(1)).sqrt(), self.C_perp)   # min(1, C_perp/||p_i||)
+            e = clip_factors(a.norm(dim=1), self.C_alpha)                 # min(1, C_alpha/||a_i||)
             acc["ca"] += c @ a                                                 # sum_i c_i a_i^(l)
             acc["A"] += e @ a                                                  # sum_i e_i a_i
             acc["clipped"] = acc["clipped"] + (c < 1).sum()

@@ -13,6 +13,7 @@ import torch
 from dpbook import checks
 from dpbook.methods.base import ScaledSum
 from dpbook.methods.registry import register
+from dpbook.per_sample import clip_factors
 
 
 @register("dpsgd")
@@ -33,7 +34,7 @@ class DPSGD(ScaledSum):
         self.sigma = checks.non_negative("sigma (noise multiplier)", sigma)
 
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
-        return (self.C / norms).clamp(max=1.0)  # min(1, C/||g||); a zero norm gives C/0 = inf -> 1
+        return clip_factors(norms, self.C)
 
     def sensitivity(self) -> float:
         return self.C

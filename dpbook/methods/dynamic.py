@@ -9,10 +9,8 @@ multiplier sigma under RDP, tuning C_0 and rho_C (extraction notes, Sec. 10.3):
 
 Why the exponent is read as +t/T, a decay, although the DC-SGD paper never writes the formula [F-43]: its grid
 is rho_C in {0.1, ..., 0.9}, all below 1, and its motivation is that per-sample norms shrink during training
-(its Fig. 8), so the threshold should shrink with them; the community code of the original experiments writes
-``clip = C0 * decay**step`` with ``decay = exp(log(rho) / T)``, the same schedule. A JAX community port writes
-rho_C^(-t/T) instead, which *grows* the threshold for rho_C < 1; we do not follow it. The notebook
-``dcsgd_synthetic_norms`` plots both readings.
+(its Fig. 8), so the threshold should shrink with them. The other sign, rho_C^(-t/T), would *grow* the threshold
+for every rho_C of the grid. The notebook ``dcsgd_synthetic_norms`` plots both readings.
 
 The schedule depends on t only, never on data, so the run costs exactly DP-SGD at (sigma, q, T). The state is the
 step counter t alone; past T the decay simply continues.
@@ -20,10 +18,8 @@ step counter t alone; past T the decay simply continues.
 
 from __future__ import annotations
 
-import torch
-
 from dpbook import checks
-from dpbook.methods.base import ScaledSum
+from dpbook.methods.dpsgd import DPSGD
 from dpbook.methods.registry import register
 
 
@@ -37,8 +33,11 @@ def dynamic_threshold(t: int, *, C_0: float, rho_C: float, T: int) -> float:
 
 
 @register("dynamic")
-class DynamicClipping(ScaledSum):
+class DynamicClipping(DPSGD):
     """Du et al.'s decaying threshold ``C_t = C_0 rho_C^(t/T)`` with noise ``sigma C_t``; the accountant sees sigma.
+
+    DP-SGD whose ``C`` follows the schedule: it is set from the step counter t at every ``advance`` (and on
+    ``load_state_dict``), never from data.
 
     Args:
         sigma: noise multiplier, >= 0.
@@ -50,34 +49,25 @@ class DynamicClipping(ScaledSum):
         >>> m = DynamicClipping(sigma=1.0, C_0=1.0, rho_C=0.5, T=100)
         >>> m.C, m.noise_std()
         (1.0, 1.0)
-        >>> m.t = 50
+        >>> for _ in range(50):
+        ...     m.advance()
         >>> round(m.C, 6), m.noise_multiplier()
         (0.707107, 1.0)
     """
 
     def __init__(self, *, sigma: float, C_0: float, rho_C: float, T: int):
-        super().__init__()
-        self.sigma = checks.non_negative("sigma (noise multiplier)", sigma)
-        self.C_0 = checks.positive("C_0 (initial clipping threshold)", C_0)
+        super().__init__(C=checks.positive("C_0 (initial clipping threshold)", C_0), sigma=sigma)
+        self.C_0 = self.C
         self.rho_C = checks.positive("rho_C (threshold decay over the run)", rho_C)
         self.T = checks.integer("T (total number of steps)", T)
 
-    @property
-    def C(self) -> float:
-        """The threshold of the coming step t."""
-        return dynamic_threshold(self.t, C_0=self.C_0, rho_C=self.rho_C, T=self.T)
+    def _follow_schedule(self) -> None:
+        self.C = dynamic_threshold(self.t, C_0=self.C_0, rho_C=self.rho_C, T=self.T)
 
-    def weights(self, norms: torch.Tensor) -> torch.Tensor:
-        return (self.C / norms).clamp(max=1.0)
+    def advance(self) -> None:
+        super().advance()
+        self._follow_schedule()
 
-    def sensitivity(self) -> float:
-        return self.C
-
-    def noise_std(self) -> float:
-        return self.sigma * self.C
-
-    def noise_multiplier(self) -> float:
-        return self.sigma
-
-    def diagnostics(self) -> dict[str, float]:
-        return {"C": self.C}
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self._follow_schedule()
