@@ -30,7 +30,7 @@ from dpbook.optim import DPOptimizer
 from dpbook.per_sample import PerSampleGradients, flat_norms, weighted_sum
 
 
-def _interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
+def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
     """Median wall time (ms) of each step function, timed in interleaved rounds (A B C A B C ...) so that a
     change in the machine's load hits every contender alike; one warm-up call each first."""
     def once(fn) -> float:
@@ -85,7 +85,7 @@ def step_times(*, B: int = 256, repeats: int = 7, device: torch.device) -> dict[
         "per-sample grads + clip: torch.func": torch_func_clip,
         "per-sample grads + clip: Opacus hooks": _opacus_hooks_clip(x, y, device),
     }
-    return _interleaved_median_ms(steps, repeats, device)
+    return interleaved_median_ms(steps, repeats, device)
 
 
 def _opacus_step(B, x, y, device):

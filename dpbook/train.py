@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -91,8 +92,13 @@ class Trainer:
         self.log = TrainLog()
         torch.manual_seed(seed)  # dropout masks and any other global randomness
 
-    def run(self, *, max_steps: int | None = None) -> TrainLog:
-        """Train to T steps (resuming from the checkpoint if there is one); stop early after ``max_steps`` total."""
+    def run(self, *, max_steps: int | None = None,
+            on_step: Callable[["Trainer", dict], None] | None = None) -> TrainLog:
+        """Train to T steps (resuming from the checkpoint if there is one); stop early after ``max_steps`` total.
+
+        ``on_step(trainer, info)`` is called after every step with that step's log row, e.g. to record
+        analysis quantities (its own state is not checkpointed).
+        """
         if self.checkpoint is not None and self.checkpoint.exists():
             self.load(self.checkpoint)
         stop = self.T if max_steps is None else min(self.T, max_steps)
@@ -103,6 +109,8 @@ class Trainer:
             info = self.engine.step(self.x_train[idx], self.y_train[idx])
             self.step += 1
             self.log.steps.append({"step": self.step, **info})
+            if on_step is not None:
+                on_step(self, self.log.steps[-1])
             bar.update(1)
             if self.step % self.steps_per_epoch == 0:
                 self._end_epoch()

@@ -61,3 +61,12 @@ def test_checkpoint_is_written_atomically(tmp_path):
     assert ckpt.exists() and not list(tmp_path.glob(".run.pt.*"))  # no temporary file left behind
     state = torch.load(ckpt, weights_only=False)
     assert state["step"] == 3 and state["engine"]["ledger"]
+
+
+def test_on_step_sees_every_step_with_the_parameters_after_it():
+    trainer = make_trainer("adam")
+    seen = []
+    trainer.run(max_steps=4, on_step=lambda t, row: seen.append((row["step"], t.step,
+                                                                  t.model[-1].weight.detach().clone())))
+    assert [s for s, _, _ in seen] == [1, 2, 3, 4] and all(a == b for a, b, _ in seen)
+    assert not torch.equal(seen[0][2], seen[-1][2])
