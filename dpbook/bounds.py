@@ -1,0 +1,469 @@
+r"""Convergence bounds of the three papers as code: every term of every theorem, kept apart.
+
+Each function evaluates one theorem (or one numbered equation) at its named quantities and returns a
+:class:`BoundTerms` whose fields are the theorem's terms and whose ``total`` is their sum:
+
+- ``optimisation``: the term of plain SGD, ``(L(theta_1) - L_*) / (T eta)``;
+- ``second_moment``: the step-size term ``L eta E||g_bar||^2`` of the smoothness step (0 where a paper has none);
+- ``noise``: the term of the DP Gaussian noise;
+- ``clipping_bias``: the term that does not vanish with ``T`` (clipping, or in DP-PSASC the sampling bias).
+
+The papers leave constants unspecified (``L``, ``G``, ``c_1``, ``c_2``, the loss gap, the constants hidden in
+``O(.)``); here they are explicit keyword arguments, never defaults hidden inside a formula. Inputs outside a
+theorem's conditions raise a ``ValueError`` (via :mod:`dpbook.checks`).
+
+Flags ``[F-n]`` refer to the engineering notes of each paper (``seed-dcsgd.md`` section 5, ``seed-dpdr.md``
+section 4, ``seed-dppsasc.md`` section 4); every docstring says which reading is implemented.
+
+Covered: DC-SGD Theorem 3 (Eqs. 9, 22, 23) for DC-SGD-P, DC-SGD-E (Eqs. 10/24, 25); DPDR Lemma 2 and
+Theorem 2; DP-PSASC Theorem 2 (step size, inferred leading term, rate) and Theorem 3 (schedules, rate) and the
+crossover of their rates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from dpbook import checks
+
+__all__ = [
+    "BoundTerms",
+    "dcsgd_sigma", "dcsgd_p_theorem3", "dcsgd_theorem3_eq22", "dcsgd_balanced", "dcsgd_e_eq10",
+    "dpdr_lemma2", "dpdr_theorem2", "dpdr_clip_probability",
+    "psasc_theorem2_step_size", "psasc_theorem2_leading_term", "psasc_theorem2_rate",
+    "PSASCSchedules", "psasc_theorem3_schedules", "psasc_theorem3_rate", "psasc_crossover_T",
+]
+
+
+@dataclass(frozen=True)
+class BoundTerms:
+    """The terms of one convergence bound; ``total`` is their sum.
+
+    >>> BoundTerms(optimisation=1.0, noise=0.5, clipping_bias=0.25).total
+    1.75
+    """
+
+    optimisation: float
+    second_moment: float = 0.0
+    noise: float = 0.0
+    clipping_bias: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.optimisation + self.second_moment + self.noise + self.clipping_bias
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _per_step(name: str, value, T: int, *, upper: float = math.inf) -> np.ndarray | float:
+    """A number (the same at every step) or a sequence of length T, each in [0, upper] and finite."""
+    if np.ndim(value) == 0:
+        v = checks.non_negative(name, value)
+        if v > upper:
+            raise ValueError(f"{name} must be <= {upper:g}, got {value!r}")
+        return v
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim != 1 or arr.shape[0] != T:
+        raise ValueError(f"{name} must be a number or a sequence of length T={T}, got shape {arr.shape}")
+    if not (np.all(np.isfinite(arr)) and np.all(arr >= 0) and np.all(arr <= upper)):
+        raise ValueError(f"{name} must hold finite numbers in [0, {upper:g}], got {value!r}")
+    return arr
+
+
+def _mean(value) -> float:
+    """Mean over steps of a per-step quantity (a scalar is constant over steps)."""
+    return float(np.mean(value)) if np.ndim(value) else float(value)
+
+
+# ------------------------------------------------------------------------------------------------ DC-SGD
+def dcsgd_sigma(T: int, *, q: float, epsilon: float, delta: float, c1: float, c2: float) -> float:
+    r"""The noise multiplier of DC-SGD's Theorem 3: ``sigma = c_2 q sqrt(T ln(1/delta)) / epsilon``.
+
+    The theorem holds "for any ``epsilon < c_1 gamma^2 T``"; we read ``gamma`` as the sampling rate ``q``
+    [F-21], so ``epsilon >= c_1 q^2 T`` is an error. ``c_1`` and ``c_2`` are the unspecified constants of the
+    moments accountant (Abadi et al.); pass them explicitly.
+
+    >>> round(dcsgd_sigma(1000, q=0.01, epsilon=0.05, delta=1e-5, c1=1.0, c2=1.0), 4)  # 0.01*sqrt(1000 ln 1e5)/0.05
+    21.4597
+    >>> dcsgd_sigma(10, q=0.01, epsilon=1.0, delta=1e-5, c1=1.0, c2=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: epsilon must be < c1 q^2 T = 0.001 (Theorem 3's condition [F-21]), got 1.0
+    """
+    T = checks.integer("T", T)
+    q = checks.rate("q", q, "the sampling rate B/N")
+    epsilon = checks.positive("epsilon", epsilon)
+    delta = checks.open_unit("delta", delta)
+    c1 = checks.positive("c1", c1)
+    c2 = checks.positive("c2", c2)
+    limit = c1 * q * q * T
+    if not epsilon < limit:
+        raise ValueError(f"epsilon must be < c1 q^2 T = {limit:g} (Theorem 3's condition [F-21]), got {epsilon!r}")
+    return c2 * q * math.sqrt(T * math.log(1 / delta)) / epsilon
+
+
+def _dcsgd_common(T, eta, C, sigma, d, B, L, G, loss_gap, grad_second_moments, sigma_H):
+    T = checks.integer("T", T)
+    eta = checks.positive("eta", eta, "the constant step size")
+    sigma = checks.positive("sigma", sigma, "the noise multiplier the accountant sees")
+    if sigma_H is not None:
+        sigma_H = checks.real("sigma_H", sigma_H)
+        if not sigma_H > sigma:
+            raise ValueError(f"sigma_H must be > sigma = {sigma!r} (sigma_T = (sigma^-2 - sigma_H^-2)^-1/2), "
+                             f"got {sigma_H!r}")
+        sigma = 1.0 / math.sqrt(sigma ** -2 - (0.0 if sigma_H == math.inf else sigma_H ** -2))
+    d = checks.integer("d", d)
+    B = checks.positive("B", B, "the expected batch size")
+    L = checks.positive("L", L, "the smoothness constant")
+    G = checks.positive("G", G, "the bound on per-sample gradient norms")
+    loss_gap = checks.non_negative("loss_gap", loss_gap, "E L(theta_1) - E L(theta_{T+1}) <= L(theta_1) - L_*")
+    C = _per_step("C", C, T)
+    m2 = G * G if grad_second_moments is None else _per_step("grad_second_moments", grad_second_moments, T)
+    optimisation = loss_gap / (T * eta)
+    second_moment = L * eta * _mean(m2)
+    noise = L * eta * sigma ** 2 * d / B ** 2 * _mean(np.square(C))
+    return T, G, optimisation, second_moment, noise
+
+
+def dcsgd_p_theorem3(T: int, eta: float, C, *, p: float, sigma: float, d: int, B: float, L: float, G: float,
+                     loss_gap: float, full_grad_norms=None, grad_second_moments=None,
+                     sigma_H: float | None = None) -> BoundTerms:
+    r"""DC-SGD-P, Theorem 3, first line (Eq. 9 = Eq. 20 of Appendix B), at a given noise multiplier.
+
+    .. math:: \frac1T\mathbb E\sum_t\lVert\nabla\mathcal L(\theta_t)\rVert^2\le
+       \frac{\Delta}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2
+       +\frac{L\eta\sigma^2d}{B^2T}\sum_tC_t^2+\frac1T\sum_t\lVert g_t\rVert\,(1-p)\,G
+
+    - ``C``: the thresholds ``C_t`` (a number, constant over steps, or a sequence of length ``T``).
+    - ``loss_gap``: ``Delta = E L(theta_1) - E L(theta_{T+1})`` (at most ``L(theta_1) - L_*``, Assumption 3).
+    - ``full_grad_norms``: ``||g_t|| = ||grad L(theta_t)||`` per step; default ``G`` (Eq. 22's bound).
+    - ``grad_second_moments``: ``E||g_bar_t||^2`` per step; default ``G^2`` (Eq. 22's bound).
+    - ``sigma_H``: ``None`` (default) is the paper's reading, an exact histogram whose privacy cost is
+      ignored, so the gradient's multiplier is ``sigma`` (Appendix B; the theorem's text says
+      "``sigma_H = sigma``" [F-20]). A number uses the library's split ``sigma_T = (sigma^-2 - sigma_H^-2)^-1/2``
+      and requires ``sigma_H > sigma``.
+
+    The noise is divided by ``B`` (Eq. 14; the definition in Appendix B omits it [F-24]); the clipped
+    fraction is ``P(C_t) = 1 - p`` (exact histogram, Eq. 18); ``sum_{i=1..N}`` [F-27].
+
+    >>> b = dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G=1.0, loss_gap=2.0)
+    >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]
+    [0.2, 0.1, 0.0025, 0.1]
+    >>> round(b.total, 6)
+    0.4025
+    >>> dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G=1.0, loss_gap=2.0, sigma_H=0.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: sigma_H must be > sigma = 1.0 (sigma_T = (sigma^-2 - sigma_H^-2)^-1/2), got 0.5
+    """
+    p = checks.open_unit("p", p, "the target percentile of DC-SGD-P")
+    T, G, optimisation, second_moment, noise = _dcsgd_common(T, eta, C, sigma, d, B, L, G, loss_gap,
+                                                             grad_second_moments, sigma_H)
+    g = G if full_grad_norms is None else _per_step("full_grad_norms", full_grad_norms, T)
+    return BoundTerms(optimisation, second_moment, noise, _mean(g) * (1 - p) * G)
+
+
+def dcsgd_theorem3_eq22(T: int, eta: float, *, N: int, B: float, epsilon: float, delta: float, d: int, L: float,
+                        G: float, loss_gap: float, c1: float, c2: float, p: float | None = None) -> BoundTerms:
+    r"""Theorem 3's worst case in terms of the privacy budget (Eq. 22 for DC-SGD-P, Eq. 25 for DC-SGD-E).
+
+    .. math:: \le\frac{\Delta}{T\eta}+L\eta G^2+\frac{L\,T\eta\,d\ln(1/\delta)\,c_2^2G^2}{N^2\epsilon^2}+\text{bias}
+
+    with ``sigma = c_2 q sqrt(T ln(1/delta))/epsilon``, ``q = B/N`` (so ``sigma^2/B^2 = c_2^2 T ln(1/delta)/(N^2
+    epsilon^2)``) and ``C_t <= G``. The paper prints ``v^2`` for ``c_2^2`` [F-23]. Bias: ``(1-p) G^2`` for P
+    (give ``p``), ``G^2`` for E (``p=None``, Eq. 25). Requires ``epsilon < c_1 q^2 T`` [F-21].
+
+    >>> b = dcsgd_theorem3_eq22(100, 0.1, N=1000, B=100, epsilon=0.5, delta=math.exp(-2), d=50, L=1.0, G=1.0,
+    ...                         loss_gap=1.0, c1=1.0, c2=1.0, p=0.5)
+    >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]  # noise 10*50*2/(1e6*0.25)
+    [0.1, 0.1, 0.004, 0.5]
+    """
+    N = checks.integer("N", N)
+    B = checks.positive("B", B, "the expected batch size")
+    if B > N:
+        raise ValueError(f"B must be <= N = {N}, got {B!r}")
+    dcsgd_sigma(T, q=B / N, epsilon=epsilon, delta=delta, c1=c1, c2=c2)  # validates the theorem's condition
+    eta = checks.positive("eta", eta, "the constant step size")
+    d = checks.integer("d", d)
+    L = checks.positive("L", L, "the smoothness constant")
+    G = checks.positive("G", G, "the bound on per-sample gradient norms")
+    loss_gap = checks.non_negative("loss_gap", loss_gap)
+    bias = G * G if p is None else (1 - checks.open_unit("p", p)) * G * G
+    noise = L * T * eta * d * math.log(1 / delta) * c2 ** 2 * G ** 2 / (N ** 2 * epsilon ** 2)
+    return BoundTerms(loss_gap / (T * eta), L * eta * G * G, noise, bias)
+
+
+class Balanced(NamedTuple):
+    T: float
+    eta: float
+    rate: float
+
+
+def dcsgd_balanced(*, N: int, epsilon: float, delta: float, d: int) -> Balanced:
+    r"""The balanced choice of Eq. 23: ``eta = sqrt(d ln(1/delta))/(N epsilon)``, ``T eta = N epsilon/sqrt(d
+    ln(1/delta))``, hence ``T = N^2 epsilon^2/(d ln(1/delta))``; with unit constants the three ``O`` terms of
+    Eq. 22 then all equal ``rate = sqrt(d ln(1/delta))/(N epsilon)`` (the bound is ``O(rate) + bias``, Eq. 23/26;
+    Appendix C's "eta = 1/sqrt(T)" does not give this rate [F-25], so we use the main text's choice for E too).
+
+    ``T`` is returned as a real number; round it to steps yourself.
+
+    >>> bal = dcsgd_balanced(N=60000, epsilon=1.0, delta=math.exp(-4), d=100)
+    >>> round(bal.rate, 8), round(bal.T, 3), round(bal.T * bal.eta, 3)  # sqrt(400)/60000; 60000^2/400; 60000/20
+    (0.00033333, 9000000.0, 3000.0)
+    """
+    N = checks.integer("N", N)
+    epsilon = checks.positive("epsilon", epsilon)
+    delta = checks.open_unit("delta", delta)
+    d = checks.integer("d", d)
+    rate = math.sqrt(d * math.log(1 / delta)) / (N * epsilon)
+    return Balanced(T=1 / rate ** 2, eta=rate, rate=rate)
+
+
+def dcsgd_e_eq10(T: int, eta: float, C, *, sigma: float, d: int, B: float, L: float, G: float, loss_gap: float,
+                 grad_norms=None, grad_second_moments=None, sigma_H: float | None = None) -> BoundTerms:
+    r"""DC-SGD-E, Eq. 10 (= Eq. 24 of Appendix C), at a given noise multiplier.
+
+    .. math:: \le\frac{\Delta}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2+\frac1T\sum_t\Big(
+       L\eta\frac{\sigma^2C_t^2d}{B^2}+\frac1N\sum_iG\max(\lVert g_{t,i}\rVert-C_t,0)\Big)
+
+    ``grad_norms``: the per-sample norms ``||g_{t,i}||``, shape ``(N,)`` (the same at every step) or ``(T, N)``;
+    each must be ``<= G`` (Assumption 2). ``None`` bounds every excess by ``G`` (Eq. 25: bias ``G^2``).
+    The paper's intermediate line of Eq. 24 misplaces the ``t``-sum [F-26]; we sum bias and variance inside it.
+    Other arguments as in :func:`dcsgd_p_theorem3`.
+
+    >>> b = dcsgd_e_eq10(10, 0.1, 1.0, sigma=2.0, d=4, B=4, L=1.0, G=3.0, loss_gap=1.0, grad_norms=[0.5, 2.0, 3.0])
+    >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]  # bias 3*(0+1+2)/3
+    [1.0, 0.9, 0.1, 3.0]
+    """
+    T, G, optimisation, second_moment, noise = _dcsgd_common(T, eta, C, sigma, d, B, L, G, loss_gap,
+                                                             grad_second_moments, sigma_H)
+    if grad_norms is None:
+        bias = G * G
+    else:
+        g = np.asarray(grad_norms, dtype=float)
+        g = g[None, :] if g.ndim == 1 else g
+        if g.ndim != 2 or g.shape[1] == 0 or g.shape[0] not in (1, T):
+            raise ValueError(f"grad_norms must have shape (N,) or (T={T}, N), got {np.shape(grad_norms)}")
+        if not (np.all(np.isfinite(g)) and np.all(g >= 0) and np.all(g <= G)):
+            raise ValueError(f"grad_norms must lie in [0, G={G!r}] (Assumption 2)")
+        if np.ndim(C) == 0:
+            excess = np.maximum(g - float(C), 0.0)
+        else:  # (T, N): the norms of step t (or the same norms at every step) against C_t
+            excess = np.maximum(g - np.asarray(C, dtype=float)[:, None], 0.0)
+        bias = G * float(excess.mean())
+    return BoundTerms(optimisation, second_moment, noise, bias)
+
+
+# -------------------------------------------------------------------------------------------------- DPDR
+def _dpdr_common(T, gamma, loss0, rho, d, C_perp, sigma_perp):
+    return (checks.integer("T", T), checks.positive("gamma", gamma, "the learning rate"),
+            checks.non_negative("loss0", loss0, "L(w_0), read as L(w_0) - L_* with L >= 0"),
+            checks.positive("rho", rho, "the smoothness constant"), checks.integer("d", d),
+            checks.positive("C_perp", C_perp), checks.non_negative("sigma_perp", sigma_perp))
+
+
+def dpdr_lemma2(T: int, gamma: float, *, loss0: float, rho: float, d: int, C_perp: float, sigma_perp: float,
+                c: float) -> BoundTerms:
+    r"""DPDR, Lemma 2 (no clipping ever active): ``E||grad L||^2 <= L(w_0)/(gamma T) + O(rho gamma d C_perp^2
+    sigma_perp^2)``.
+
+    Readings: the left-hand side is the average over ``t = 1..T``; ``L(w_0)`` stands for ``L(w_0) - L_*``
+    (``L >= 0``); the ``alpha`` noise ``m C_alpha^2 sigma_alpha^2`` is absorbed because ``m << d``. ``c`` is the
+    constant hidden in ``O(.)`` (unspecified by the paper; pass it). No clipping term: ``clipping_bias = 0``.
+
+    >>> b = dpdr_lemma2(100, 0.01, loss0=2.0, rho=1.0, d=1000, C_perp=0.1, sigma_perp=2.0, c=1.0)
+    >>> round(b.optimisation, 6), round(b.noise, 6), b.clipping_bias  # 2/1; 0.01*1000*0.01*4
+    (2.0, 0.4, 0.0)
+    """
+    T, gamma, loss0, rho, d, C_perp, sigma_perp = _dpdr_common(T, gamma, loss0, rho, d, C_perp, sigma_perp)
+    c = checks.positive("c", c, "the constant hidden in O(.)")
+    return BoundTerms(loss0 / (gamma * T), 0.0, c * rho * gamma * d * C_perp ** 2 * sigma_perp ** 2, 0.0)
+
+
+def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d: int, m: int, C_perp: float,
+                  C_alpha: float, sigma_perp: float, sigma_alpha: float, tau_perp, tau_alpha, P_perp, P_alpha,
+                  noise_reading: str = "printed") -> BoundTerms:
+    r"""DPDR, Theorem 2 (with clipping), second line of the right-hand side:
+
+    .. math:: \frac{\mathcal L(w_0)}{\gamma T}+\frac{\rho\gamma'}2\big(2C_\perp^2+dC_\perp^2\sigma_\perp^2
+       +2C_\alpha^2+mC_\alpha^2\sigma_\alpha^2\big)+\frac{15}{4T}\sum_t\big(C_\perp\tau_{\perp,t}\sqrt{P_{\perp,t}}
+       +C_\alpha\tau_{\alpha,t}\sqrt{P_{\alpha,t}}\big),\qquad\gamma'=B\gamma.
+
+    Terms: ``second_moment = rho gamma'/2 (2 C_perp^2 + 2 C_alpha^2)``; ``noise = rho gamma'/2 (d C_perp^2
+    sigma_perp^2 + m C_alpha^2 sigma_alpha^2)``; ``clipping_bias`` the ``15/4`` term. ``P_perp``, ``P_alpha`` are
+    the probabilities that clipping is *active* (the theorem's convention; the appendix uses the complement and
+    the printed ``P_parallel`` has ``grad L_perp`` inside [F-17]); they and ``tau_*`` may be numbers (stationary)
+    or sequences of length ``T``. ``C_parallel`` is ``C_alpha``.
+
+    ``noise_reading``: ``"printed"`` uses the constants as printed; ``"per_batch"`` divides the noise terms by
+    ``B^2`` as the appendix's second-moment bound does (``d C_perp^2 sigma_perp^2 / B^2``), the inconsistency
+    flagged as [F-19] (whose leading ``C`` are read as ``C^2``). ``m`` must satisfy ``1 <= m <= d``.
+
+    >>> b = dpdr_theorem2(10, 0.1, B=2, loss0=1.0, rho=1.0, d=100, m=1, C_perp=1.0, C_alpha=2.0, sigma_perp=1.0,
+    ...                   sigma_alpha=1.0, tau_perp=1.0, tau_alpha=0.5, P_perp=0.25, P_alpha=0.0)
+    >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]
+    [1.0, 1.0, 10.4, 1.875]
+    >>> round(dpdr_theorem2(10, 0.1, B=2, loss0=1.0, rho=1.0, d=100, m=1, C_perp=1.0, C_alpha=2.0, sigma_perp=1.0,
+    ...                     sigma_alpha=1.0, tau_perp=1.0, tau_alpha=0.5, P_perp=0.25, P_alpha=0.0,
+    ...                     noise_reading="per_batch").noise, 6)
+    2.6
+    """
+    T, gamma, loss0, rho, d, C_perp, sigma_perp = _dpdr_common(T, gamma, loss0, rho, d, C_perp, sigma_perp)
+    B = checks.positive("B", B, "the expected batch size")
+    m = checks.integer("m", m)
+    if m > d:
+        raise ValueError(f"m must be <= d = {d} (the paper assumes m << d), got {m!r}")
+    C_alpha = checks.positive("C_alpha", C_alpha)
+    sigma_alpha = checks.non_negative("sigma_alpha", sigma_alpha)
+    if noise_reading not in ("printed", "per_batch"):
+        raise ValueError(f"noise_reading must be 'printed' or 'per_batch', got {noise_reading!r}")
+    tp = _per_step("tau_perp", tau_perp, T)
+    ta = _per_step("tau_alpha", tau_alpha, T)
+    Pp = _per_step("P_perp", P_perp, T, upper=1.0)
+    Pa = _per_step("P_alpha", P_alpha, T, upper=1.0)
+    half = rho * B * gamma / 2
+    scale = 1.0 if noise_reading == "printed" else 1.0 / B ** 2
+    second_moment = half * (2 * C_perp ** 2 + 2 * C_alpha ** 2)
+    noise = half * scale * (d * C_perp ** 2 * sigma_perp ** 2 + m * C_alpha ** 2 * sigma_alpha ** 2)
+    bias = 15 / 4 * (C_perp * _mean(np.asarray(tp) * np.sqrt(Pp)) + C_alpha * _mean(np.asarray(ta) * np.sqrt(Pa)))
+    return BoundTerms(loss0 / (gamma * T), second_moment, noise, bias)
+
+
+def dpdr_clip_probability(C: float, *, mean_norm: float, tau: float, d: int) -> float:
+    r"""A model of the clipping probability of Theorem 2: ``P(C) = Pr[||mu + xi|| >= C]`` with ``||mu|| =
+    mean_norm`` and ``xi ~ N(0, tau^2/d I_d)`` (so ``E||xi||^2 = tau^2``), i.e. the tail of a non-central
+    chi-square: ``1 - F_{chi'^2_d}(C^2 d/tau^2; lambda = mean_norm^2 d/tau^2)``. Not in the paper: a derived
+    plotting model (notes section 4.5); the paper itself leaves ``P`` as a measured quantity.
+
+    >>> round(dpdr_clip_probability(1e-9, mean_norm=1.0, tau=1.0, d=10), 6)
+    1.0
+    >>> dpdr_clip_probability(50.0, mean_norm=1.0, tau=1.0, d=10) < 1e-12
+    True
+    """
+    from scipy.stats import ncx2
+
+    C = checks.positive("C", C)
+    mean_norm = checks.non_negative("mean_norm", mean_norm)
+    tau = checks.positive("tau", tau)
+    d = checks.integer("d", d)
+    return float(ncx2.sf(C * C * d / tau ** 2, d, mean_norm ** 2 * d / tau ** 2))
+
+
+# ---------------------------------------------------------------------------------------------- DP-PSASC
+def _psasc_eta_args(T, s, F0, beta, sigma, d, k_hat):
+    T = checks.integer("T", T)
+    k_hat = checks.integer("k_hat", k_hat, minimum=0)
+    if not T > k_hat:
+        raise ValueError(f"T must be > k_hat = {k_hat} (the theorem runs from step k_hat on [F-21]), got {T!r}")
+    return (T, checks.positive("s", s, "the scaling parameter"),
+            checks.non_negative("F0", F0, "F(w_khat), read as F(w_khat) - F^* with F >= 0"),
+            checks.positive("beta", beta, "the smoothness constant"), checks.non_negative("sigma", sigma),
+            checks.integer("d", d), k_hat)
+
+
+def psasc_theorem2_step_size(T: int, *, s: float, F0: float, beta: float, sigma: float, d: int,
+                             k_hat: int = 0) -> float:
+    r"""DP-PSASC Theorem 2's step size ``eta = sqrt(2 s^2 F(w_khat) / (beta (T - khat)(2 + sigma^2 d)))``.
+
+    ``k_hat`` is never defined by the paper [F-21]; ``k_hat = 0`` (the default, written out) starts the
+    analysis at the first step. ``F0`` reads ``F(w_khat)`` as ``F(w_khat) - F^*``.
+
+    >>> round(psasc_theorem2_step_size(100, s=1.0, F0=1.0, beta=1.0, sigma=1.0, d=98), 6)  # sqrt(2/(100*100))
+    0.014142
+    """
+    T, s, F0, beta, sigma, d, k_hat = _psasc_eta_args(T, s, F0, beta, sigma, d, k_hat)
+    return math.sqrt(2 * s * s * F0 / (beta * (T - k_hat) * (2 + sigma * sigma * d)))
+
+
+def psasc_theorem2_leading_term(T: int, *, s: float, F0: float, beta: float, sigma: float, d: int,
+                                k_hat: int = 0) -> BoundTerms:
+    r"""The leading term of DP-PSASC Theorem 2 *inferred* from its step size (not printed in the paper).
+
+    The printed ``eta`` minimises ``F0/(eta (T - khat)) + beta eta V/2`` with ``V = (2 + sigma^2 d)/s^2``; at that
+    ``eta`` both terms equal ``sqrt(beta F0 V / (2 (T - khat)))``, and their sum is
+    ``sqrt(2 beta F0 (2 + sigma^2 d) / (s^2 (T - khat)))`` ``∝ T^{-1/2}/s``. Returned as ``optimisation`` (the
+    ``F0`` term) and ``noise`` (the ``beta eta V/2`` term, which holds the DP noise ``sigma^2 d``). The
+    ``tau`` (sampling-bias) term is not stated in a form that can be evaluated; it is left out here (see
+    :func:`psasc_theorem2_rate`). ``B`` does not appear, as in the paper [F-22].
+
+    >>> b = psasc_theorem2_leading_term(100, s=1.0, F0=1.0, beta=1.0, sigma=1.0, d=98)
+    >>> round(b.optimisation, 6), round(b.noise, 6), round(b.total, 6)  # each sqrt(1*1*100/(2*100)); sum sqrt(2)
+    (0.707107, 0.707107, 1.414214)
+    """
+    T, s, F0, beta, sigma, d, k_hat = _psasc_eta_args(T, s, F0, beta, sigma, d, k_hat)
+    eta = psasc_theorem2_step_size(T, s=s, F0=F0, beta=beta, sigma=sigma, d=d, k_hat=k_hat)
+    V = (2 + sigma * sigma * d) / (s * s)
+    if eta == 0:  # F0 = 0: nothing to optimise
+        return BoundTerms(0.0, 0.0, 0.0, 0.0)
+    return BoundTerms(F0 / (eta * (T - k_hat)), 0.0, beta * eta * V / 2, 0.0)
+
+
+def psasc_theorem2_rate(T: float, *, tau: float, c_opt: float = 1.0, c_tau: float = 1.0) -> BoundTerms:
+    r"""DP-PSASC Theorem 2's rate ``O(T^{-1/2} + tau)`` with explicit constants: ``optimisation = c_opt T^{-1/2}``,
+    ``clipping_bias = c_tau tau`` (the paper: "the bias introduced by SGD sampling", which does not vanish).
+    A rate illustration: the paper gives no constants [F-21]; the defaults 1 are the "unit constants" of the
+    book's plots.
+
+    >>> psasc_theorem2_rate(100, tau=0.1).total
+    0.2
+    """
+    T = checks.positive("T", T)
+    tau = checks.non_negative("tau", tau, "the sampling-noise bound of Assumption 1")
+    return BoundTerms(checks.positive("c_opt", c_opt) * T ** -0.5, 0.0, 0.0, checks.positive("c_tau", c_tau) * tau)
+
+
+class PSASCSchedules(NamedTuple):
+    r: float
+    s: float
+    gamma: float
+    eta: float
+
+
+def psasc_theorem3_schedules(T: float, *, c_r: float = 1.0, c_s: float = 1.0, c_gamma: float = 1.0,
+                             c_eta: float = 1.0) -> PSASCSchedules:
+    r"""The schedules of DP-PSASC Theorem 3 (momentum): ``r = c_r T^{-1/2}``, ``s = c_s T^{-1/4}``,
+    ``gamma = c_gamma T^{-1/4}``, ``eta = c_eta T^{-3/4}``; the constants are ours (the paper writes ``O(.)``).
+    ``gamma`` is Algorithm 2's single EMA weight (its mapping to Algorithm 3's ``gamma_0, gamma_1, K_0`` is
+    unclear [F-13]); it must stay in ``(0, 1]``.
+
+    >>> psasc_theorem3_schedules(10_000)
+    PSASCSchedules(r=0.01, s=0.1, gamma=0.1, eta=0.001)
+    """
+    T = checks.positive("T", T)
+    out = PSASCSchedules(checks.positive("c_r", c_r) * T ** -0.5, checks.positive("c_s", c_s) * T ** -0.25,
+                         checks.positive("c_gamma", c_gamma) * T ** -0.25, checks.positive("c_eta", c_eta) * T ** -0.75)
+    checks.rate("gamma", out.gamma, "the EMA weight c_gamma T^(-1/4) of Theorem 3")
+    return out
+
+
+def psasc_theorem3_rate(T: float, *, c: float = 1.0) -> BoundTerms:
+    r"""DP-PSASC Theorem 3's rate ``O(T^{-1/4})`` (momentum removes the sampling bias): ``optimisation = c
+    T^{-1/4}``, no constant term. A rate illustration with a chosen constant ``c``.
+
+    >>> psasc_theorem3_rate(10_000).total
+    0.1
+    """
+    return BoundTerms(checks.positive("c", c) * checks.positive("T", T) ** -0.25)
+
+
+def psasc_crossover_T(tau: float) -> float:
+    r"""The ``T`` beyond which ``T^{-1/4}`` (Theorem 3) is below ``T^{-1/2} + tau`` (Theorem 2), unit constants.
+
+    With ``u = T^{-1/4}``, ``T^{-1/4} < T^{-1/2} + tau`` iff ``u - u^2 < tau``; the large-``T`` root is
+    ``u = (1 - sqrt(1 - 4 tau))/2``, so ``T = u^{-4}``. For ``tau >= 1/4``, ``T^{-1/4}`` is never above (up to
+    equality at ``tau = 1/4``, ``T = 16``), and the answer is ``1``. (For ``tau < 1/4`` there is also a tiny window
+    ``T < ((1 + sqrt(1 - 4 tau))/2)^{-4}`` near ``T = 1``, ignored here.)
+
+    >>> round(psasc_crossover_T(0.1))
+    6198
+    >>> psasc_crossover_T(0.3)
+    1.0
+    """
+    tau = checks.positive("tau", tau, "the sampling-noise bound of Assumption 1")
+    if tau >= 0.25:
+        return 1.0
+    u = (1 - math.sqrt(1 - 4 * tau)) / 2
+    return u ** -4
