@@ -24,6 +24,20 @@ def flat_norm(g: list[torch.Tensor]) -> float:
     return float(torch.sqrt(sum(t.pow(2).sum() for t in g)))
 
 
+def clipped_step(model: nn.Module, optimizer: torch.optim.Optimizer, x, y, C: float, B: float) -> list[float]:
+    """DP-SGD without noise, one example at a time: flat L2 clip at C, sum, divide by B, step.
+
+    Returns the unclipped per-example norms (adaptive methods derive their next threshold from them)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    total = [torch.zeros_like(p) for p in params]
+    norms = []
+    for g in per_example_gradients(model, x, y):
+        norms.append(flat_norm(g))
+        total = [t + min(1.0, C / norms[-1]) * gi for t, gi in zip(total, g)]
+    apply_update(model, optimizer, total, B)
+    return norms
+
+
 def apply_update(model: nn.Module, optimizer: torch.optim.Optimizer, summed: list[torch.Tensor], B: float) -> None:
     """Divide a (noise-free) sum of contributions by the expected batch size B and take an optimizer step."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -64,3 +78,16 @@ class NoNoise(GaussianNoise):
 
     def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
         return torch.zeros_like(t)
+
+
+def engine_steps(model, optimizer, method, batches, *, expected_batch_size: float, micro_batch_size=None,
+                 noise_off: bool = True, seed: int = 0):
+    """Run ``method`` through the engine on ``batches``; returns (parameters, per-step infos, engine)."""
+    from dpbook.optim import DPOptimizer
+
+    engine = DPOptimizer(model, optimizer, method, sample_rate=0.1, expected_batch_size=expected_batch_size,
+                         micro_batch_size=micro_batch_size, noise_seed=seed)
+    if noise_off:
+        engine.noise = NoNoise()
+    infos = [engine.step(x, y) for x, y in batches]
+    return [p.detach() for p in model.parameters()], infos, engine

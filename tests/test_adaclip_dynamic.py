@@ -23,8 +23,8 @@ from dpbook.methods.dynamic import DynamicClipping, dynamic_threshold
 from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
 from dpbook.train import Trainer
-from tests.reference import (ADVERSARIAL_NORMS, OPTIMIZERS, NoNoise, apply_update, batch, flat_norm,
-                             per_example_gradients, tiny_cnn)
+from tests import reference
+from tests.reference import ADVERSARIAL_NORMS, OPTIMIZERS, batch, clipped_step, tiny_cnn
 from tests.test_dcsgd import drive
 
 B = 8.0
@@ -91,25 +91,15 @@ def reference_adaclip(model, optimizer, batches, C, p, eta_C):
     params = [p_ for p_ in model.parameters() if p_.requires_grad]
     used = []
     for x, y in batches:
-        grads = per_example_gradients(model, x, y)
-        norms = [flat_norm(g) for g in grads]
-        total = [torch.zeros_like(q) for q in params]
-        for g, G in zip(grads, norms):
-            total = [t + min(1.0, C / G) * gi for t, gi in zip(total, g)]
-        apply_update(model, optimizer, total, B)
+        norms = clipped_step(model, optimizer, x, y, C, B)
         used.append(C)
         b = sum(G <= C for G in norms) / B + 0.5 - len(norms) / (2 * B)
         C = C * math.exp(-eta_C * (min(1.0, max(0.0, b)) - p))
     return [q.detach() for q in params], used
 
 
-def engine_steps(model, optimizer, method, batches, micro_batch_size=None, noise_off=True, seed=0):
-    engine = DPOptimizer(model, optimizer, method, sample_rate=0.1, expected_batch_size=B,
-                         micro_batch_size=micro_batch_size, noise_seed=seed)
-    if noise_off:
-        engine.noise = NoNoise()
-    infos = [engine.step(x, y) for x, y in batches]
-    return [q.detach() for q in model.parameters()], infos, engine
+def engine_steps(model, optimizer, method, batches, **kwargs):
+    return reference.engine_steps(model, optimizer, method, batches, expected_batch_size=B, **kwargs)
 
 
 @pytest.mark.parametrize("opt, sizes", [("sgd", (7, 5, 6)), ("momentum", (6, 0, 7)), ("adam", (7, 5, 6))])
@@ -133,7 +123,7 @@ def test_adaclip_micro_batching_with_noise():
         model = tiny_cnn()
         method = AdaClip(sigma=1.0, p=0.5, C_0=7.5, sigma_b=2.0)
         got, infos, _ = engine_steps(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), method,
-                                     batches, mbs, noise_off=False, seed=5)
+                                     batches, micro_batch_size=mbs, noise_off=False, seed=5)
         runs.append((got, [i["C"] for i in infos]))
     for got, Cs in runs[1:]:
         assert Cs == runs[0][1]
@@ -221,11 +211,7 @@ def test_dynamic_noise_off_oracle(opt):
     params = list(ref_model.parameters())
     ref_opt = OPTIMIZERS[opt](params)
     for t, (x, y) in enumerate(batches):
-        C = 9.0 * 0.5 ** (t / 3)
-        total = [torch.zeros_like(q) for q in params]
-        for g in per_example_gradients(ref_model, x, y):
-            total = [s + min(1.0, C / flat_norm(g)) * gi for s, gi in zip(total, g)]
-        apply_update(ref_model, ref_opt, total, B)
+        clipped_step(ref_model, ref_opt, x, y, 9.0 * 0.5 ** (t / 3), B)
     got, infos, _ = engine_steps(dp_model, OPTIMIZERS[opt](dp_model.parameters()),
                                  DynamicClipping(sigma=1.0, C_0=9.0, rho_C=0.5, T=3), batches)
     for e, g in zip(params, got):

@@ -28,8 +28,8 @@ from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
 from dpbook.synthetic import run_on_norms
 from dpbook.train import Trainer
-from tests.reference import (ADVERSARIAL_NORMS, OPTIMIZERS, NoNoise, apply_update, batch, flat_norm,
-                             per_example_gradients, tiny_cnn)
+from tests import reference
+from tests.reference import ADVERSARIAL_NORMS, OPTIMIZERS, NoNoise, batch, clipped_step, tiny_cnn
 
 B = 8.0
 def drive(method, norm_batches, *, noise=None, d: int = 1000, expected_batch_size: float | None = None):
@@ -216,24 +216,14 @@ def reference_dcsgd(model, optimizer, batches, rule, C, R, b):
     params = [p for p in model.parameters() if p.requires_grad]
     used = []
     for x, y in batches:
-        grads = per_example_gradients(model, x, y)
-        norms = [flat_norm(g) for g in grads]
-        total = [torch.zeros_like(p) for p in params]
-        for g, G in zip(grads, norms):
-            total = [t + min(1.0, C / G) * gi for t, gi in zip(total, g)]
-        apply_update(model, optimizer, total, B)
+        norms = clipped_step(model, optimizer, x, y, C, B)
         used.append(C)
         C, R = rule(ref_histogram(norms, R, b), C, R)  # used from the next step on
     return [p.detach() for p in params], used
 
 
-def dcsgd_steps(model, optimizer, method, batches, micro_batch_size=None, noise_off=True, seed=0):
-    engine = DPOptimizer(model, optimizer, method, sample_rate=0.1, expected_batch_size=B,
-                         micro_batch_size=micro_batch_size, noise_seed=seed)
-    if noise_off:
-        engine.noise = NoNoise()
-    infos = [engine.step(x, y) for x, y in batches]
-    return [p.detach() for p in model.parameters()], infos, engine
+def dcsgd_steps(model, optimizer, method, batches, **kwargs):
+    return reference.engine_steps(model, optimizer, method, batches, expected_batch_size=B, **kwargs)
 
 
 def make(kind: str):
@@ -274,8 +264,8 @@ def test_micro_batching_does_not_change_the_noisy_steps(kind):
     runs = []
     for mbs in (None, 1, 3):
         model = tiny_cnn()
-        got, infos, _ = dcsgd_steps(model, torch.optim.Adam(model.parameters(), lr=0.01), make(kind), batches, mbs,
-                                    noise_off=False, seed=7)
+        got, infos, _ = dcsgd_steps(model, torch.optim.Adam(model.parameters(), lr=0.01), make(kind), batches,
+                                    micro_batch_size=mbs, noise_off=False, seed=7)
         runs.append((got, [(i["C"], i["R"], i["histogram_total"]) for i in infos]))
     for got, trajectory in runs[1:]:
         assert trajectory == runs[0][1]  # integer counts and the same noise draws: identical thresholds

@@ -14,19 +14,14 @@ from dpbook.methods import DPSGD, make_method
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import NonFiniteGradientError
 from dpbook.sampling import PoissonSampler, micro_batches
-from tests.reference import OPTIMIZERS, apply_update, batch, flat_norm, per_example_gradients, tiny_cnn
+from tests.reference import OPTIMIZERS, batch, clipped_step, tiny_cnn
 
 B = 8.0  # expected batch size used by the tests
 def reference_steps(model, optimizer, batches, C):
     """One example at a time: backward, flat L2 clip, sum, divide by the expected B, optimizer step."""
-    params = [p for p in model.parameters() if p.requires_grad]
     for x, y in batches:
-        total = [torch.zeros_like(p) for p in params]
-        for g in per_example_gradients(model, x, y):
-            factor = min(1.0, C / flat_norm(g))
-            total = [t + factor * gi for t, gi in zip(total, g)]
-        apply_update(model, optimizer, total, B)
-    return [p.detach() for p in params]
+        clipped_step(model, optimizer, x, y, C, B)
+    return [p.detach() for p in model.parameters() if p.requires_grad]
 
 
 def private_steps(model, optimizer, batches, C, micro_batch_size=None, sigma=0.0, seed=0):
