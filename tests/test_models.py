@@ -34,6 +34,7 @@ PARAMETERS = {
     "resnet34_gn": 21_289_802,
     "resnet9": 6_573_130,
     "digits_cnn": 6_090,
+    "digits_mlp": 2_410,
 }
 
 INPUT_SHAPE = {
@@ -43,6 +44,7 @@ INPUT_SHAPE = {
     "resnet34_gn": (3, 32, 32),
     "resnet9": (3, 32, 32),
     "digits_cnn": (1, 8, 8),
+    "digits_mlp": (1, 8, 8),
 }
 
 
@@ -120,7 +122,7 @@ def _vmap_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[
     return [grads[k] for k in params]
 
 
-@pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("resnet18_gn", 2), ("resnet9", 2)])
+@pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("digits_mlp", 3), ("resnet18_gn", 2), ("resnet9", 2)])
 def test_vmap_per_sample_gradients_match_loop(models, name, batch):
     torch.manual_seed(2)
     model = models[name]
