@@ -32,6 +32,8 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
     return _atomic(path, lambda f: torch.save(obj, f), "wb")
 
 
-def atomic_write_json(obj: Any, path: str | os.PathLike) -> Path:
-    """Write ``obj`` as indented JSON, atomically."""
-    return _atomic(path, lambda f: f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n"), "w")
+def atomic_write_json(obj: Any, path: str | os.PathLike, *, indent: int | None = 2) -> Path:
+    """Write ``obj`` as JSON (indented unless ``indent=None``, which writes one compact line), atomically."""
+    separators = (",", ":") if indent is None else None
+    text = json.dumps(obj, indent=indent, sort_keys=True, separators=separators)
+    return _atomic(path, lambda f: f.write(text + "\n"), "w")

@@ -5,17 +5,20 @@ per-example sensitivity bound no longer holds. Every model here uses GroupNorm o
 ``inplace=False``, and out-of-place residual additions, so both ``torch.func.vmap`` and Opacus's per-sample hooks
 work on them.
 
-=================  =============================================  ===========  ==============================
-name               model                                          parameters   used by
-=================  =============================================  ===========  ==============================
-``mnist_cnn``      Papernot et al. / Tramer & Boneh MNIST CNN     26,010       DC-SGD (MNIST), DPDR (MNIST),
-                                                                               DP-PSASC (MNIST, FashionMNIST)
-``cifar10_cnn``    Tramer & Boneh CIFAR-10 CNN                    550,570      DPDR (CIFAR-10)
-``resnet18_gn``    torchvision ResNet18, BatchNorm -> GroupNorm   11,181,642   DC-SGD (CIFAR10, SVHN), DPDR (SVHN)
-``resnet34_gn``    torchvision ResNet34, BatchNorm -> GroupNorm   21,289,802   DC-SGD (CIFAR10, SVHN)
-``resnet9``        ResNet9 (Page's DAWNBench net) with GroupNorm  6,573,130    DP-PSASC (CelebA, Imagenette)
-``digits_cnn``     small CNN for 1x8x8 digits (ours)              6,090        CPU experiments on digits
-=================  =============================================  ===========  ==============================
+=====================  =============================================  ===========  ==============================
+name                   model                                          parameters   used by
+=====================  =============================================  ===========  ==============================
+``mnist_cnn``          Papernot et al. / Tramer & Boneh MNIST CNN     26,010       DC-SGD (MNIST), DPDR (MNIST),
+                                                                                   DP-PSASC (MNIST, FashionMNIST)
+``cifar10_cnn``        Tramer & Boneh CIFAR-10 CNN                    550,570      DPDR (CIFAR-10)
+``resnet18_gn``        torchvision ResNet18, BatchNorm -> GroupNorm   11,181,642   DC-SGD (CIFAR10, SVHN), DPDR (SVHN)
+``resnet34_gn``        torchvision ResNet34, BatchNorm -> GroupNorm   21,289,802   DC-SGD (CIFAR10, SVHN)
+``resnet9``            ResNet9 (Page's DAWNBench net) with GroupNorm  6,573,130    DP-PSASC (CelebA, Imagenette)
+``linear_classifier``  fixed standardisation + linear (T&B)           40,970       DP-PSASC (CIFAR10 on 4096-d
+                                                                                   SimCLRv2 features)
+``digits_cnn``         small CNN for 1x8x8 digits (ours)              6,090        CPU experiments on digits
+``digits_mlp``         one-hidden-layer MLP for 1x8x8 digits (ours)   2,410        CPU experiments on digits
+=====================  =============================================  ===========  ==============================
 
 Counts are for 10 classes and the default options. :func:`build_model` builds any of them by name.
 """
@@ -26,6 +29,7 @@ import math
 from collections import OrderedDict
 from typing import Callable
 
+import torch
 from torch import nn
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -375,6 +379,76 @@ def resnet9(*, num_classes: int = 10, in_channels: int = 3) -> nn.Sequential:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Linear classifier on pre-extracted features (Tramer & Boneh's transfer learning)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Standardize(nn.Module):
+    """``(x - mean) / sqrt(var + eps)`` per feature with fixed buffers, and 0 for features whose ``var`` is 0.
+
+    Tramer & Boneh's ``StandardizeLayer``: no trainable parameters and no batch statistics (unlike BatchNorm), so
+    each example is transformed on its own and per-sample gradients are well defined. ``mean`` and ``var`` are
+    buffers: saved with the state dict, moved by ``.to(device)``, never trained.
+
+    Example:
+        >>> layer = Standardize(torch.tensor([1.0, 0.0]), torch.tensor([4.0, 0.0]), eps=0.0)
+        >>> layer(torch.tensor([[3.0, 5.0]]))
+        tensor([[1., 0.]])
+    """
+
+    def __init__(self, mean: torch.Tensor, var: torch.Tensor, *, eps: float = 1e-5):
+        super().__init__()
+        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32).clone())
+        self.register_buffer("var", torch.as_tensor(var, dtype=torch.float32).clone())
+        self.eps = eps
+
+    def forward(self, x):
+        scale = torch.where(self.var != 0, torch.rsqrt(self.var + self.eps), torch.zeros_like(self.var))
+        return (x - self.mean) * scale
+
+    def extra_repr(self) -> str:
+        return f"{self.mean.numel()}, eps={self.eps}"
+
+
+def linear_classifier(
+    in_features: int = 4096,
+    num_classes: int = 10,
+    *,
+    mean: torch.Tensor | None = None,
+    var: torch.Tensor | None = None,
+) -> nn.Sequential:
+    """A fixed :class:`Standardize` layer then ``Linear(in_features, num_classes)``: 40,970 parameters for 4096 -> 10.
+
+    DP-PSASC's "CIFAR10 on SimCLR" task, following Tramer & Boneh (``transfer/transfer_cifar.py`` of
+    ``ftramer/Handcrafted-DP``): a linear classifier on the 4096-dimensional SimCLRv2 ``r50_2x_sk1`` features read
+    by ``dpbook.data.load_tensors("cifar10-simclr")``. Only the linear layer is trained.
+
+    By default ``mean = 0`` and ``var = 1``, exactly as in Tramer & Boneh's script: the layer then only divides by
+    ``sqrt(1 + 1e-5)``, i.e. it is (almost) the identity and the features are used as extracted. Pass ``mean`` and
+    ``var`` (shape ``(in_features,)``) to standardise for real, but they must not come from the private training
+    set without privacy: use public data, or statistics released with DP and charged to the budget. No BatchNorm:
+    its batch statistics would mix the examples of a batch.
+
+    Example:
+        >>> model = linear_classifier()
+        >>> count_parameters(model), model(torch.zeros(2, 4096)).shape
+        (40970, torch.Size([2, 10]))
+    """
+    mean = torch.zeros(in_features) if mean is None else torch.as_tensor(mean)
+    var = torch.ones(in_features) if var is None else torch.as_tensor(var)
+    if mean.shape != (in_features,) or var.shape != (in_features,):
+        raise ValueError(
+            f"mean and var must have shape ({in_features},), got {tuple(mean.shape)} and {tuple(var.shape)}"
+        )
+    if (var < 0).any():
+        raise ValueError("var must be non-negative")
+    return nn.Sequential(OrderedDict([
+        ("standardize", Standardize(mean, var)),
+        ("fc", nn.Linear(in_features, num_classes)),
+    ]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -384,6 +458,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "resnet18_gn": resnet18_gn,
     "resnet34_gn": resnet34_gn,
     "resnet9": resnet9,
+    "linear_classifier": linear_classifier,
     "digits_cnn": digits_cnn,
     "digits_mlp": digits_mlp,
 }

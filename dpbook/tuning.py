@@ -101,6 +101,7 @@ __all__ = [
     "calibrate_sigma",
     "TuningPlan",
     "tuning_plan",
+    "search_schedule",
     "Run",
     "GridSearchResult",
     "grid_search",
@@ -592,6 +593,35 @@ def _check_history(output, plan: TuningPlan, order: int) -> None:
         raise ValueError(f"run {order} reports {steps} steps, more than the {plan.steps} the plan charged")
 
 
+def search_schedule(plan: TuningPlan, seed: int = 0) -> list[tuple[int, int, int]]:
+    """The runs a search makes, as ``(order, grid_index, run_seed)``, fixed before any training.
+
+    - ``"none"`` and ``"rdp"``: every grid point once, in order; run k has seed ``seed + k``.
+    - ``"lt"``: Theorem 1's random stopping (module docstring, reading 5): each iteration draws a uniformly random
+      grid point, then stops with probability gamma = 1/(2G); at most floor(T_LT) runs. Both draws come from
+      ``numpy.random.default_rng(seed)`` and never look at the data or at any result, so the whole schedule is
+      known in advance: a sweep can run its trainings in parallel, and an interrupted search resumes exactly.
+    - G = 1: one run with the whole budget.
+
+    >>> plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=3, protocol="lt")
+    >>> schedule = search_schedule(plan, seed=7)
+    >>> [seed for _, _, seed in schedule][:3], all(0 <= i < 3 for _, i, _ in schedule)
+    ([7, 8, 9], True)
+    >>> search_schedule(tuning_plan(4.0, 1e-5, 0.01, 1000, G=3, protocol="rdp"), seed=7)
+    [(0, 0, 7), (1, 1, 8), (2, 2, 9)]
+    """
+    seed = checks.integer("seed", seed, minimum=0)
+    if plan.charged_protocol != "lt":
+        return [(order, order, seed + order) for order in range(plan.G)]
+    rng = np.random.default_rng(seed)
+    schedule = []
+    for order in range(plan.max_runs):
+        schedule.append((order, int(rng.integers(plan.G)), seed + order))
+        if rng.random() < plan.gamma:
+            break
+    return schedule
+
+
 def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float, int], Any], *, epsilon: float,
                 delta: float, sample_rate: float, steps: int, protocol: str, accountant: str = "rdp",
                 seed: int = 0, maximize: bool = True, metric: str | None = None, epsilon_tolerance: float = 0.01,
@@ -635,26 +665,13 @@ def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float,
     seed = checks.integer("seed", seed, minimum=0)
     plan = tuning_plan(epsilon, delta, sample_rate, steps, len(grid), protocol, accountant=accountant,
                        epsilon_tolerance=epsilon_tolerance, delta2=delta2)
-    G = plan.G
-
     runs: list[Run] = []
-
-    def run(order: int, index: int) -> None:
+    for order, index, run_seed in search_schedule(plan, seed):
         hp = dict(grid[index])
-        output = train(dict(hp), plan.sigma, seed + order)
+        output = train(dict(hp), plan.sigma, run_seed)
         value = _metric_of(output, metric, order)
         _check_history(output, plan, order)
-        runs.append(Run(order, index, hp, seed + order, value, output))
-
-    if plan.charged_protocol == "lt":
-        rng = np.random.default_rng(seed)
-        for order in range(plan.max_runs):
-            run(order, int(rng.integers(G)))
-            if rng.random() < plan.gamma:
-                break
-    else:
-        for order in range(G):
-            run(order, order)
+        runs.append(Run(order, index, hp, run_seed, value, output))
 
     key = (lambda r: r.metric) if maximize else (lambda r: -r.metric)
     best = max(runs, key=key)  # max returns the first maximal element

@@ -20,6 +20,7 @@ from dpbook.models import (
     cifar10_cnn,
     count_parameters,
     digits_cnn,
+    linear_classifier,
     mnist_cnn,
     replace_batchnorm,
     resnet9,
@@ -33,6 +34,7 @@ PARAMETERS = {
     "resnet18_gn": 11_181_642,
     "resnet34_gn": 21_289_802,
     "resnet9": 6_573_130,
+    "linear_classifier": 40_970,
     "digits_cnn": 6_090,
     "digits_mlp": 2_410,
 }
@@ -43,6 +45,7 @@ INPUT_SHAPE = {
     "resnet18_gn": (3, 32, 32),
     "resnet34_gn": (3, 32, 32),
     "resnet9": (3, 32, 32),
+    "linear_classifier": (4096,),
     "digits_cnn": (1, 8, 8),
     "digits_mlp": (1, 8, 8),
 }
@@ -122,7 +125,7 @@ def _vmap_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[
     return [grads[k] for k in params]
 
 
-@pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("digits_mlp", 3), ("resnet18_gn", 2), ("resnet9", 2)])
+@pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("digits_mlp", 3), ("resnet18_gn", 2), ("resnet9", 2), ("linear_classifier", 3)])
 def test_vmap_per_sample_gradients_match_loop(models, name, batch):
     torch.manual_seed(2)
     model = models[name]
@@ -143,6 +146,33 @@ def test_opacus_hooks_per_sample_gradients_match_loop():
     nn.functional.cross_entropy(hooked(x), y, reduction="sum").backward()
     for p, expected in zip(model.parameters(), reference):
         torch.testing.assert_close(p.grad_sample, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_linear_classifier_standardisation_is_fixed_and_per_example():
+    """Tramer & Boneh's defaults (mean 0, var 1) give x / sqrt(1 + 1e-5); given statistics are fixed buffers."""
+    torch.manual_seed(4)
+    model = linear_classifier()
+    assert [name for name, _ in model.named_parameters()] == ["fc.weight", "fc.bias"]  # only the linear layer trains
+    assert {name for name, _ in model.named_buffers()} == {"standardize.mean", "standardize.var"}
+    x = torch.randn(3, 4096)
+    torch.testing.assert_close(model.standardize(x), x / (1 + 1e-5) ** 0.5)
+    mean, var = torch.randn(5), torch.tensor([4.0, 1.0, 0.25, 0.0, 9.0])
+    small = linear_classifier(5, 3, mean=mean, var=var)
+    assert count_parameters(small) == 18 and {"fc.weight", "standardize.var"} <= set(small.state_dict())
+    x = torch.randn(4, 5)
+    expected = (x - mean) / torch.sqrt(var + 1e-5)
+    expected[:, 3] = 0  # a constant feature (zero variance) is dropped, as in Tramer & Boneh's standardize()
+    torch.testing.assert_close(small.standardize(x), expected)
+    # per example: the output for one example does not depend on the rest of the batch (no batch statistics)
+    torch.testing.assert_close(small(x)[:1], small(x[:1]))
+    small.train()
+    before = small.standardize.mean.clone()
+    small(x * 100)
+    assert torch.equal(small.standardize.mean, before)  # nothing is updated in training mode either
+    with pytest.raises(ValueError, match=r"shape \(5,\)"):
+        linear_classifier(5, 3, mean=torch.zeros(4))
+    with pytest.raises(ValueError, match="non-negative"):
+        linear_classifier(2, 3, var=torch.tensor([1.0, -1.0]))
 
 
 def test_check_no_batchnorm_names_the_layer_and_the_fix():

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
 
 import torch
 
 from dpbook.per_sample import Grads, weighted_sum
+
+if TYPE_CHECKING:
+    from dpbook.tuning import TuningPlan
 
 
 @dataclass
@@ -75,6 +78,23 @@ class Method(abc.ABC):
         self.t = 0  # index of the coming step, 0-based
         self.d = 0  # number of trainable parameters (set by bind)
         self.B = 0.0  # expected batch size (set by bind)
+
+    @classmethod
+    def from_plan(cls, plan: TuningPlan, **hyperparameters) -> "Method":
+        """The method with the noise that ``plan`` (a calibrated run or search) gives every run.
+
+        ``plan.sigma`` is the noise multiplier of a DP-SGD run of ``plan.steps`` steps at ``plan.sample_rate`` that
+        spends the budget under the plan's protocol. A method whose accounting is that of DP-SGD at sigma takes it
+        as is (this default); a method with another schedule or history overrides this (Du et al. need T; DPDR
+        calibrates sigma_g for its heterogeneous history).
+
+        >>> from dpbook.tuning import tuning_plan
+        >>> from dpbook.methods import make_method, METHODS
+        >>> plan = tuning_plan(4.0, 1e-5, sample_rate=0.01, steps=1000)
+        >>> METHODS["dpsgd"].from_plan(plan, C=1.0).sigma == plan.sigma
+        True
+        """
+        return cls(sigma=plan.sigma, **hyperparameters)
 
     def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
         """Called once by the engine: the trainable parameters and the expected batch size B."""

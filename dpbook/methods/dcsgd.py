@@ -218,6 +218,30 @@ def paper_sigma_H(sigma: float) -> float:
     return 5.0 if sigma < 2 else 8.0 if sigma <= 3 else 12.0
 
 
+#: The largest growth of sigma_T over sigma that :func:`run_sigma_H` accepts from the paper's rule.
+SIGMA_T_GROWTH = 1.1
+
+
+def run_sigma_H(sigma: float) -> float:
+    """sigma_H for a run at total multiplier sigma: the paper's rule, extended where it stops making sense [F-38].
+
+    :func:`paper_sigma_H` keeps sigma_T within 10% of sigma for every sigma up to about 5 (its largest value,
+    12, gives sigma_T = 1.10 sigma at sigma = 5), which covers the paper's experiments. Above, the rule would let
+    sigma_T grow without bound (at sigma = 11, sigma_H = 12 gives sigma_T = 2.5 sigma) and fails for sigma >= 12.
+    There we follow the paper's own principle, "choose sigma_H so that sigma_T barely grows" (Fig. 7), and take
+    the sigma_H that makes sigma_T = 1.1 sigma exactly: sigma / sqrt(1 - 1/1.1^2), about 2.4 sigma (our choice).
+
+        >>> [round(run_sigma_H(s), 3) for s in (1.0, 2.5, 4.0, 8.0)]
+        [5.0, 8.0, 12.0, 19.203]
+        >>> round(accounting.sigma_T(8.0, run_sigma_H(8.0)) / 8.0, 6)
+        1.1
+    """
+    paper = paper_sigma_H(sigma)
+    if paper > sigma and accounting.sigma_T(sigma, paper) <= SIGMA_T_GROWTH * sigma:
+        return paper
+    return sigma / (1 - SIGMA_T_GROWTH ** -2) ** 0.5
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The methods
 # --------------------------------------------------------------------------------------------------------------
@@ -238,6 +262,12 @@ class DCSGD(ScaledSum):
     """
 
     histogram_sensitivity = HISTOGRAM_SENSITIVITY  # Algorithm 2: one example moves one count by one
+
+    @classmethod
+    def from_plan(cls, plan, **hyperparameters) -> "DCSGD":
+        """At the plan's sigma; sigma_H, unless given, follows :func:`run_sigma_H` (the paper's rule [F-38])."""
+        hyperparameters.setdefault("sigma_H", run_sigma_H(plan.sigma))
+        return cls(sigma=plan.sigma, **hyperparameters)
 
     def __init__(self, *, sigma: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
                  R_0: float | None = None, min_threshold: float = 1e-8):

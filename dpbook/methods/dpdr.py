@@ -195,6 +195,35 @@ class DPDR(Method):
     (1.0, 1.1)
     """
 
+    @classmethod
+    def from_plan(cls, plan, *, sigma_alpha_ratio: float = 3.0, **hyperparameters) -> "DPDR":
+        r"""DPDR spending what ``plan`` charges one run: ``sigma_perp = plan.sigma``,
+        ``sigma_alpha = sigma_alpha_ratio * sigma_perp`` (Table 2's ratios are 2.4 to 3.6 at epsilon 3 and 1.3 to
+        1.6 at epsilon 8), and sigma_g calibrated (:func:`calibrate_sigma_g`) so that the run's exact history
+        spends no more than the plan charges it:
+
+        - one run, or free tuning (``"none"``): the plan's epsilon at delta;
+        - RDP-charged search (``"rdp"``): G copies of the history composed within the total budget;
+        - Liu-Talwar (``"lt"``): the per-run (epsilon_1, delta_1) of Theorem 1.
+
+        >>> from dpbook.tuning import tuning_plan
+        >>> plan = tuning_plan(4.0, 1e-5, sample_rate=0.01, steps=1000)
+        >>> m = DPDR.from_plan(plan, C_perp=1.0, C_alpha=0.3, C_g=1.0, s=50)
+        >>> m.sigma_perp == plan.sigma, round(m.sigma_alpha / m.sigma_perp, 6), m.sigma_g > plan.sigma
+        (True, 3.0, True)
+        """
+        ratio = checks.positive("sigma_alpha_ratio (sigma_alpha / sigma_perp)", sigma_alpha_ratio)
+        sigma_perp, sigma_alpha = plan.sigma, ratio * plan.sigma
+        if plan.charged_protocol == "lt":
+            target, delta, runs = plan.per_run_epsilon, plan.per_run_delta, 1
+        else:
+            runs = plan.G if plan.charged_protocol == "rdp" else 1
+            target, delta = plan.total_epsilon, plan.delta
+        sigma_g = calibrate_sigma_g(target, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha,
+                                    s=hyperparameters.get("s", 50), sample_rate=plan.sample_rate, steps=plan.steps,
+                                    delta=delta, accountant=plan.accountant, runs=runs)
+        return cls(sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, sigma_g=sigma_g, **hyperparameters)
+
     def __init__(self, *, C_perp: float, C_alpha: float, sigma_perp: float, sigma_alpha: float, C_g: float,
                  sigma_g: float, s: int = 50):
         super().__init__()
@@ -334,7 +363,8 @@ def dpdr_history(*, sigma_g: float, sigma_perp: float, sigma_alpha: float, s: in
 
 
 def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
-                      steps: int, delta: float, accountant: str = "rdp", epsilon_tolerance: float = 1e-4) -> float:
+                      steps: int, delta: float, accountant: str = "rdp", epsilon_tolerance: float = 1e-4,
+                      runs: int = 1) -> float:
     r"""The sigma_g that makes a DPDR run cost ``target_epsilon`` for its exact heterogeneous history.
 
     Given the GDR noise (sigma_perp, sigma_alpha), the schedule (s, T = ``steps``) and q, search sigma_g until
@@ -342,6 +372,8 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
     halving from 1, then regula falsi on ``log epsilon`` (Illinois variant, with bisection as fallback), about ten
     evaluations of the accountant. epsilon decreases as sigma_g grows, towards the cost of the ``s - 1`` GDR steps
     alone (sigma_g = inf); if that cost already reaches the target, no sigma_g can work and a ValueError says so.
+
+    ``runs`` composes that many copies of the history (an RDP-charged search of ``runs`` DPDR trainings).
 
     Example: the paper's MNIST row at epsilon 3 (sigma_perp = 0.81, sigma_alpha = 2.0, s = 50, B = 256, 20 epochs);
     Table 2 prints sigma_g = 0.803, which overspends slightly once the 49 GDR steps are counted at sigma_eff.
@@ -358,10 +390,12 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
     target = checks.positive("target_epsilon", target_epsilon)
     tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
     checks.integer("steps", steps, minimum=1)
+    runs = checks.integer("runs", runs, minimum=1)
 
     def eps(sigma_g: float) -> float:
-        history = dpdr_history(sigma_g=sigma_g, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, s=s,
-                               sample_rate=sample_rate, steps=steps)
+        history = [(sigma, q, t * runs) for sigma, q, t in dpdr_history(
+            sigma_g=sigma_g, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, s=s, sample_rate=sample_rate,
+            steps=steps)]
         with warnings.catch_warnings():  # probes far from the answer trip Opacus's "optimal order" warning
             warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
             return epsilon_of_history(history, delta, accountant=accountant)

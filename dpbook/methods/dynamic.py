@@ -55,6 +55,11 @@ class DynamicClipping(DPSGD):
         (0.707107, 1.0)
     """
 
+    @classmethod
+    def from_plan(cls, plan, **hyperparameters) -> "DynamicClipping":
+        """The schedule runs over the plan's T steps: ``from_plan(plan, C_0=..., rho_C=...)``."""
+        return cls(sigma=plan.sigma, T=plan.steps, **hyperparameters)
+
     def __init__(self, *, sigma: float, C_0: float, rho_C: float, T: int):
         super().__init__(C=checks.positive("C_0 (initial clipping threshold)", C_0), sigma=sigma)
         self.C_0 = self.C

@@ -1,0 +1,337 @@
+r"""One reproduction run, end to end: data, model, calibrated method, training, and its result file.
+
+An :class:`Experiment` names everything that decides a run's result: dataset, model, method and its
+hyperparameters, the budget (epsilon, delta), epochs, expected batch size B, optimizer and learning rate, the tuning
+protocol that charges the search the run belongs to (``"none"``, ``"rdp"`` or ``"lt"`` with a grid of G points,
+:mod:`dpbook.tuning`), and the seed. :func:`run_experiment` then
+
+1. loads the data (:func:`load_task_data`; ``smoke=True`` swaps in generated data of the real shape),
+2. builds the model (GroupNorm, no BatchNorm) and moves it to the device,
+3. calibrates the run's noise: :func:`dpbook.tuning.tuning_plan` gives the DP-SGD sigma of one run of
+   T = epochs x round(N/B) steps at q = B/N under the protocol, and the method takes it through
+   :meth:`Method.from_plan <dpbook.methods.base.Method.from_plan>` (DPDR calibrates sigma_g for its history),
+4. trains with :class:`dpbook.train.Trainer` (checkpointed, so an interrupted run resumes where it stopped),
+5. checks with the accountant that the run spent no more than the plan charges it, and
+6. writes one result file atomically (:mod:`dpbook.results`), which later calls find and reuse.
+
+The same function serves a CPU smoke test, a book page and a full GPU reproduction; only the parameters differ.
+
+>>> import tempfile
+>>> exp = Experiment(study="doctest", dataset="digits", model="digits_mlp", method="dpsgd",
+...                  hyperparameters={"C": 1.0}, epsilon=4.0, delta=1e-5, epochs=1, batch_size=128, lr=0.01)
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     record = run_experiment(exp, results_dir=tmp, progress=False)
+...     again = run_experiment(exp, results_dir=tmp)           # found on disk: not trained twice
+>>> record["steps"], round(record["epsilon_spent"], 2) <= 4.0, 0 <= record["final"]["test_accuracy"] <= 1
+(11, True, True)
+>>> again["final"] == record["final"]
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from dpbook import accounting, checks, data, models, results, text
+from dpbook.methods import METHODS
+from dpbook.train import Trainer
+from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
+
+OPTIMIZERS = ("adam", "sgd", "sgd-momentum")
+"""``"adam"``: PyTorch defaults except the learning rate; ``"sgd"``: plain SGD; ``"sgd-momentum"``: momentum 0.9."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a dataset looks like: one example's shape, the classes, and what kind of input it is.
+
+    ``kind`` is ``"image"``, ``"features"`` (a vector), ``"tokens"`` (int64 character ids below ``vocab``) or
+    ``"pairs"`` (a sentence pair as (3, L) int64: token ids below ``vocab``, token types, attention mask).
+    ``smoke_sizes`` are the train/test sizes of the generated stand-in used when ``smoke=True``, which has
+    ``smoke_shape`` (default: ``shape``) and, for text, ids below ``smoke_vocab`` (the tiny BERT's vocabulary).
+    """
+
+    shape: tuple[int, ...]
+    classes: int
+    kind: str = "image"
+    vocab: int = 0
+    smoke_sizes: tuple[int, int] = (96, 48)
+    smoke_shape: tuple[int, ...] | None = None
+    smoke_vocab: int | None = None
+
+
+TASKS: dict[str, Task] = {
+    "digits": Task((1, 8, 8), 10),
+    "mnist": Task((1, 28, 28), 10),
+    "fashionmnist": Task((1, 28, 28), 10),
+    "cifar10": Task((3, 32, 32), 10),
+    "svhn": Task((3, 32, 32), 10),
+    "celeba": Task((3, 32, 32), 2, smoke_sizes=(32, 16)),
+    "imagenette": Task((3, 64, 64), 10, smoke_sizes=(32, 16)),
+    "cifar10-simclr": Task((4096,), 10, kind="features"),
+    "names": Task((19,), 18, kind="tokens", vocab=text.NAMES_VOCAB_SIZE),
+    "qnli": Task((3, 128), 2, kind="pairs", vocab=30522, smoke_sizes=(32, 16), smoke_shape=(3, 16),
+                 smoke_vocab=100),
+}
+"""The datasets a reproduction can name. Shapes are those of the loaders' tensors (:mod:`dpbook.data`)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Everything that decides one run's result (see the module docstring). Fields are the notebooks' parameters.
+
+    ``delta=None`` is 1/N (the DC-SGD paper's choice). ``G`` is the size of the grid the run belongs to; with
+    ``protocol="none"`` it does not change the run (tuning is free) and is recorded as 1. ``train_size`` keeps a
+    fixed random subset of the training set (DP-PSASC's FashionMNIST has 40,000 examples [F-23]); the subset is
+    part of the data, the same for every seed. ``micro_batch_size`` only bounds memory; it is not part of the key.
+    """
+
+    study: str
+    dataset: str
+    model: str
+    method: str
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    epsilon: float = 4.0
+    delta: float | None = None
+    epochs: int = 10
+    batch_size: int = 256
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    protocol: str = "none"
+    G: int = 1
+    seed: int = 0
+    train_size: int | None = None
+    accountant: str = "rdp"
+    smoke: bool = False
+    micro_batch_size: int | None = None
+
+    def __post_init__(self):
+        if self.dataset not in TASKS:
+            raise ValueError(f"unknown dataset {self.dataset!r}; valid: {', '.join(TASKS)}")
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; registered methods: {sorted(METHODS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+        checks.positive("epsilon", self.epsilon)
+        if self.delta is not None:
+            checks.open_unit("delta", self.delta, "None means 1/N")
+        checks.integer("epochs", self.epochs)
+        checks.positive("batch_size (expected batch size B)", self.batch_size)
+        checks.positive("lr (learning rate)", self.lr)
+        checks.integer("G (grid size)", self.G)
+        checks.integer("seed", self.seed, minimum=0)
+        if self.train_size is not None:
+            checks.integer("train_size", self.train_size)
+        if self.protocol == "none" and self.G != 1:
+            object.__setattr__(self, "G", 1)  # free tuning: every grid point is one run at the whole budget
+        object.__setattr__(self, "hyperparameters", dict(sorted(dict(self.hyperparameters).items())))
+
+    def key(self) -> str:
+        """A short hash of every field that decides the result (not ``study`` or ``micro_batch_size``)."""
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("study", "micro_batch_size")}
+        return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+
+    def path(self, results_dir: str | Path = results.RESULTS_DIR) -> Path:
+        """``<results_dir>/<study>/<method>/eps<epsilon>_<protocol><G>_seed<seed>_<key>.json``."""
+        search = "none" if self.protocol == "none" else f"{self.protocol}{self.G}"
+        smoke = "smoke_" if self.smoke else ""
+        name = f"{smoke}{self.dataset}_eps{self.epsilon:g}_{search}_seed{self.seed}_{self.key()}.json"
+        return Path(results_dir) / self.study / self.method / name
+
+    def replace(self, **changes) -> "Experiment":
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data and model
+# ----------------------------------------------------------------------------------------------------------------
+
+def smoke_data(task: Task, seed: int = 0) -> data.DataSplits:
+    """Generated data of the task's shape (Gaussian clusters; random ids for token tasks): the smoke stand-in."""
+    n_train, n_test = task.smoke_sizes
+    shape = task.smoke_shape or task.shape
+    if task.kind in ("tokens", "pairs"):
+        gen = torch.Generator().manual_seed(seed)
+        n = n_train + n_test
+        x = torch.randint(1, task.smoke_vocab or task.vocab, (n, *shape), generator=gen)
+        if task.kind == "pairs":  # token types: first half 0, second half 1; attention mask: all ones
+            x[:, 1] = (torch.arange(shape[1]) >= shape[1] // 2).long()
+            x[:, 2] = 1
+        y = torch.randint(task.classes, (n,), generator=gen)
+        return data.DataSplits(x[:n_train], y[:n_train], x[n_train:], y[n_train:])
+    return data.synthetic_classification(n_train=n_train, n_test=n_test, shape=shape,
+                                         num_classes=task.classes, separation=1.0, seed=seed)
+
+
+def load_task_data(exp: Experiment, *, root: str | Path = data.DEFAULT_ROOT, download: bool = False) -> data.DataSplits:
+    """The experiment's train/test tensors: the real dataset (digits ship offline), or smoke data.
+
+    Raises :class:`dpbook.data.DatasetNotFoundError` (with where to put the files) when a dataset is missing.
+    """
+    if exp.smoke:
+        splits = smoke_data(TASKS[exp.dataset])
+    elif exp.dataset == "digits":
+        splits = data.load_digits()
+    elif exp.dataset == "names":
+        splits = text.load_names(root)
+    elif exp.dataset == "qnli":
+        splits = text.load_qnli(root)
+    else:
+        splits = data.load_tensors(exp.dataset, root=root, download=download)
+    if exp.train_size is not None and exp.train_size < len(splits.x_train):
+        keep = torch.randperm(len(splits.x_train), generator=torch.Generator().manual_seed(0))[:exp.train_size]
+        keep = keep.sort().values
+        splits = data.DataSplits(splits.x_train[keep], splits.y_train[keep], splits.x_test, splits.y_test)
+    return splits
+
+
+def build_task_model(exp: Experiment) -> torch.nn.Module:
+    """The experiment's model, sized for its task (classes, channels, features) where the builder takes it."""
+    task = TASKS[exp.dataset]
+    if exp.model == "bert_base":  # the smoke stand-in: a tiny random BertConfig, no download
+        config = text.tiny_bert_config(task.smoke_vocab) if exp.smoke else None
+        return text.bert_classifier(config=config, num_labels=task.classes)
+    builder = {**models.MODELS, "char_lstm": text.char_lstm}.get(exp.model.lower())
+    if builder is None:
+        raise ValueError(f"unknown model {exp.model!r}; valid names: {', '.join(models.MODELS)}, char_lstm, "
+                         f"bert_base")
+    accepted = inspect.signature(builder).parameters
+    offered = {"num_classes": task.classes, "in_channels": task.shape[0], "in_features": task.shape[0]}
+    return builder(**{k: v for k, v in offered.items() if k in accepted})
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """``"adam"`` (PyTorch defaults but ``lr``), ``"sgd"`` (plain), ``"sgd-momentum"`` (momentum 0.9)."""
+    params = list(params)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"``: CUDA when available, else CPU."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------------------------
+
+def plan_of(exp: Experiment, N: int) -> TuningPlan:
+    """The calibrated plan of the experiment's run on N training examples (Trainer's T and q)."""
+    delta = 1 / N if exp.delta is None else exp.delta
+    q = exp.batch_size / N
+    T = exp.epochs * max(1, round(N / exp.batch_size))
+    return tuning_plan(exp.epsilon, delta, q, T, exp.G, exp.protocol, accountant=exp.accountant)
+
+
+def check_spent(history, plan: TuningPlan) -> float:
+    """Recompute what the run's ledger history costs and refuse a run that spent more than its plan charges.
+
+    Under ``"none"`` the run must fit (epsilon, delta); under ``"rdp"`` G copies of it must fit the total budget;
+    under ``"lt"`` it must fit Theorem 1's per-run (epsilon_1, delta_1). Returns the run's own epsilon at the
+    plan's per-run delta.
+    """
+    runs = plan.G if plan.charged_protocol == "rdp" else 1
+    target = plan.per_run_epsilon if plan.charged_protocol == "lt" else plan.total_epsilon
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
+        charged = accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], plan.per_run_delta,
+                                                plan.accountant)
+        spent = accounting.epsilon_of_history(history, plan.per_run_delta, plan.accountant)
+    if charged > target * (1 + 1e-9):
+        raise RuntimeError(f"the run spent epsilon={charged!r} (x{runs} runs) but its plan charges {target!r}: "
+                           f"the method's from_plan does not match its accounting")
+    return spent
+
+
+def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS_DIR,
+                   data_root: str | Path = data.DEFAULT_ROOT, download: bool = False, device: str = "auto",
+                   checkpoint_dir: str | Path | None = None, checkpoint_every: int = 200,
+                   progress: bool | None = None, overwrite: bool = False) -> dict:
+    """Run ``exp`` (or return its existing record) and write its result file; see the module docstring.
+
+    ``checkpoint_dir`` (default: ``<results_dir>/.checkpoints``, not in git) holds the run's checkpoint while it
+    trains; a rerun after an interruption resumes from it, and it is deleted once the result is written.
+    """
+    path = exp.path(results_dir)
+    if path.exists() and not overwrite:
+        return results.read_result(path)
+    started = time.perf_counter()
+    device = resolve_device(device)
+    splits = load_task_data(exp, root=data_root, download=download)
+    N = len(splits.x_train)
+    plan = plan_of(exp, N)
+    torch.manual_seed(exp.seed)  # model initialisation
+    model = build_task_model(exp).to(device)
+    method = METHODS[exp.method].from_plan(plan, **exp.hyperparameters)
+    optimizer = make_optimizer(exp.optimizer, (p for p in model.parameters() if p.requires_grad), exp.lr)
+    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else Path(results_dir) / ".checkpoints"
+    checkpoint = ckpt_dir / exp.study / f"{path.stem}.pt"
+    trainer = Trainer(model, method, optimizer, splits, expected_batch_size=exp.batch_size, epochs=exp.epochs,
+                      delta=plan.per_run_delta, micro_batch_size=exp.micro_batch_size, seed=exp.seed,
+                      accountant=exp.accountant, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                      progress=progress, device=device)
+    resumed = checkpoint.exists()  # Trainer.run resumes from it
+    with warnings.catch_warnings():  # per-epoch epsilon at LT's delta_1 ~ 1e-17 sits at Opacus's largest order
+        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
+        log = trainer.run()
+    spent = check_spent(trainer.engine.ledger.history, plan)
+    record = {
+        "experiment": dataclasses.asdict(exp),
+        "key": exp.key(),
+        "N": N, "N_test": len(splits.x_test), "steps": trainer.T, "sample_rate": plan.sample_rate,
+        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "plan": {k: v for k, v in dataclasses.asdict(plan).items() if v is not None},
+        "sigma": plan.sigma,
+        "method_noise": {"noise_multiplier_first_step": trainer.engine.ledger.history[0][0]
+                         if trainer.engine.ledger.history else None},
+        "epsilon_spent": spent, "delta_spent": plan.per_run_delta,
+        "epochs": _epoch_columns(log.epochs),
+        "final": _epoch_row(log.epochs[-1]) if log.epochs else {},
+        "wall_time_s": round(time.perf_counter() - started, 3),  # this process only, if resumed
+        "resumed": resumed,
+        **results.provenance(device),
+    }
+    results.write_result(record, path)
+    checkpoint.unlink(missing_ok=True)
+    return results.read_result(path)
+
+
+def _epoch_columns(rows: list[Mapping[str, Any]]) -> dict[str, list]:
+    """Per-epoch metrics as columns, ``{"epoch": [1, 2, ...], "test_accuracy": [...], ...}`` (compact on disk)."""
+    rows = [_epoch_row(row) for row in rows]
+    names = sorted({k for row in rows for k in row})
+    return {k: [row.get(k) for row in rows] for k in names}
+
+
+def _epoch_row(row: Mapping[str, Any]) -> dict:
+    """The per-epoch metrics kept in a result file (floats rounded to 6 significant digits)."""
+    keep = ("epoch", "step", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epsilon")
+    return {k: _round(row[k]) for k in keep if k in row} | {
+        k: _round(v) for k, v in row.items() if k not in keep and isinstance(v, (int, float))}
+
+
+def _round(v):
+    if isinstance(v, float) and math.isfinite(v):
+        return float(f"{v:.6g}")
+    return v

@@ -1,0 +1,152 @@
+r"""Table cells as runs: searches, re-runs of the best point, and the numbers a "paper vs reproduced" table shows.
+
+A cell of a paper's table is one (dataset, model, method, epsilon, protocol) with a hyperparameter grid. How it is
+filled depends on the protocol (DC-SGD's three, :mod:`dpbook.tuning`):
+
+``"none"`` (no tuning cost; DC-SGD Tables IV, V, VIII, DPDR Table 1, DP-PSASC Table III)
+    Every grid point trained once at the whole budget (seed = its index), then the best point re-trained with
+    seeds 0..n-1; the cell is their mean ± std. A grid of one point is just the n seeds.
+``"rdp"`` / ``"lt"`` (tuning cost charged; DC-SGD Tables III / II)
+    One search (its runs fixed in advance by :func:`dpbook.tuning.search_schedule`) gives one number, the best
+    run's test accuracy; the cell is the mean ± std over n independent searches with base seeds
+    0, 100000, 200000, ... (their run seeds never overlap).
+
+All runs are :class:`dpbook.experiment.Experiment` s, so they are found on disk, skipped when done, and run by a
+sweep (:mod:`dpbook.sweep`). A cell whose budget the protocol cannot reach (LT at epsilon = 1), or whose method
+cannot run at that noise (Andrew et al. need 2 sigma_b > sigma), is reported with the reason.
+
+>>> base = Experiment(study="doctest", dataset="digits", model="digits_mlp", method="dpsgd", epsilon=4.0,
+...                   delta=1e-5, epochs=1, batch_size=128, protocol="rdp")
+>>> runs = search(base, [{"C": 0.5}, {"C": 1.0}], rep=1)
+>>> [(r.hyperparameters["C"], r.G, r.seed) for r in runs]
+[(0.5, 2, 100000), (1.0, 2, 100001)]
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Mapping, Sequence
+
+import torch
+
+from dpbook import results
+from dpbook.data import load_digits
+from dpbook.experiment import TASKS, Experiment, load_task_data, plan_of
+from dpbook.methods import METHODS
+from dpbook.tuning import TuningPlan, search_schedule
+
+REP_SEED = 100_000  # base seed of search r is r * REP_SEED
+
+#: Training-set sizes of the real datasets (standard splits), so that a search is planned without loading data.
+TRAIN_SIZES = {"digits": 1437, "mnist": 60_000, "fashionmnist": 60_000, "cifar10": 50_000, "svhn": 73_257,
+               "celeba": 162_770, "imagenette": 9_469, "cifar10-simclr": 50_000, "qnli": 104_743}
+
+
+def training_size(exp: Experiment) -> int:
+    """N of the experiment's training set (smoke: the stand-in's; ``train_size`` when it subsamples)."""
+    if exp.smoke:
+        N = TASKS[exp.dataset].smoke_sizes[0]
+    elif exp.dataset in TRAIN_SIZES:
+        N = TRAIN_SIZES[exp.dataset]
+    else:  # NAMES: the size depends on the split; load it
+        N = len(_loaded_size(exp.dataset))
+    return min(N, exp.train_size) if exp.train_size is not None else N
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded_size(dataset: str) -> torch.Tensor:
+    if dataset == "digits":
+        return load_digits().y_train
+    return load_task_data(Experiment(study="size", dataset=dataset, model="digits_mlp", method="dpsgd")).y_train
+
+
+def plan(base: Experiment, G: int) -> TuningPlan:
+    """The calibrated plan of the cell's runs (a ValueError says why when the budget is unreachable)."""
+    return _plan_cached(base.replace(G=G, seed=0, hyperparameters={}), training_size(base))
+
+
+def _plan_cached(base: Experiment, N: int) -> TuningPlan:
+    key = (base.epsilon, base.delta, base.epochs, base.batch_size, base.G, base.protocol, base.accountant, N)
+    if key not in _PLANS:
+        _PLANS[key] = plan_of(base, N)
+    return _PLANS[key]
+
+
+_PLANS: dict[tuple, TuningPlan] = {}
+
+
+def check_feasible(base: Experiment, point: Mapping, the_plan: TuningPlan) -> None:
+    """Build and bind the method at the plan's noise: a ValueError names the constraint it violates."""
+    method = METHODS[base.method].from_plan(the_plan, **dict(point))
+    method.bind([torch.zeros(1)], expected_batch_size=base.batch_size)
+
+
+def search(base: Experiment, grid: Sequence[Mapping], rep: int = 0) -> list[Experiment]:
+    """The runs of one search over ``grid`` for the cell ``base`` (its protocol, budget, method, setting).
+
+    Raises ValueError when the protocol cannot reach the budget or the method cannot run at that noise.
+    """
+    grid = [dict(base.hyperparameters) | dict(point) for point in grid]
+    the_plan = plan(base, len(grid))
+    check_feasible(base, grid[0], the_plan)
+    if base.protocol == "none":
+        return [base.replace(hyperparameters=p, G=1, seed=i) for i, p in enumerate(grid)]
+    return [base.replace(hyperparameters=grid[index], G=len(grid), seed=seed)
+            for _, index, seed in search_schedule(the_plan, rep * REP_SEED)]
+
+
+def best_of(runs: Sequence[Experiment], results_dir=results.RESULTS_DIR,
+            metric: str = "test_accuracy") -> tuple[Experiment, float] | None:
+    """The run with the highest final ``metric`` (the first on ties); None while any run is missing."""
+    best = None
+    for exp in runs:
+        path = exp.path(results_dir)
+        if not path.exists():
+            return None
+        value = results.final_metric(results.read_result(path), metric)
+        if best is None or value > best[1]:
+            best = (exp, value)
+    return best
+
+
+def reruns(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=results.RESULTS_DIR) -> list[Experiment]:
+    """Protocol "none": the best grid point re-trained with seeds 0..seeds-1 ([] until the grid is complete)."""
+    grid_runs = search(base.replace(protocol="none"), grid)
+    if len(grid_runs) == 1:
+        return [grid_runs[0].replace(seed=s) for s in range(seeds)]
+    best = best_of(grid_runs, results_dir)
+    return [] if best is None else [best[0].replace(seed=s) for s in range(seeds)]
+
+
+def planned_runs(base: Experiment, grid: Sequence[Mapping], seeds: int) -> list[Experiment]:
+    """Every run the cell needs that is known before any result: the grid ("none") or all n searches."""
+    if base.protocol == "none":
+        runs = search(base, grid)
+        return runs if len(runs) > 1 else [runs[0].replace(seed=s) for s in range(seeds)]
+    return [run for rep in range(seeds) for run in search(base, grid, rep)]
+
+
+def cell(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=results.RESULTS_DIR) -> dict:
+    """The cell's values (fractions), the hyperparameters chosen, sigma, and a status.
+
+    ``status``: "ok" (``seeds`` values), "partial", "not run yet", or "unreachable" with the ``reason``.
+    """
+    try:
+        if base.protocol == "none":
+            runs = reruns(base, grid, seeds, results_dir)
+            found = [results.read_result(r.path(results_dir)) for r in runs if r.path(results_dir).exists()]
+            values = [results.final_metric(r) for r in found]
+            chosen = [dict(runs[0].hyperparameters)] if runs else []
+            sigmas = [r["sigma"] for r in found]
+        else:
+            values, chosen, sigmas = [], [], []
+            for rep in range(seeds):
+                best = best_of(search(base, grid, rep), results_dir)
+                if best is not None:
+                    values.append(best[1])
+                    chosen.append(dict(best[0].hyperparameters))
+                    sigmas.append(results.read_result(best[0].path(results_dir))["sigma"])
+    except ValueError as err:
+        return {"status": "unreachable", "reason": str(err), "values": [], "chosen": [], "sigma": None}
+    status = "ok" if len(values) == seeds else ("partial" if values else "not run yet")
+    return {"status": status, "values": values, "chosen": chosen, "sigma": sigmas[0] if sigmas else None}

@@ -1,0 +1,217 @@
+"""Result files and the papers' tables: what the book renders "paper vs reproduced" from.
+
+Every training run of a reproduction (:func:`dpbook.experiment.run_experiment`) writes one JSON file under
+``data/results/<study>/<method>/`` (atomically: the old file or the complete new one, never half). A record
+holds the run's parameters, the plan that set its noise (sigma, what the run and the whole search are charged),
+per-epoch metrics, the final accuracy, the epsilon the run actually spent, wall time, device, library versions,
+git commit and seed. The papers' tables are transcribed once into ``data/paper/<paper>_table<id>.json`` (numbers
+only, with table id and units). Pages compare the two with :func:`compare`, which never invents a number: a cell
+without results says "not run yet".
+
+    >>> mean_std([0.9, 0.92, 0.94])
+    (0.92, 0.02, 3)
+    >>> format_mean_std(*mean_std([90.0, 92.0, 94.0]))
+    '92.00 ± 2.00 (n=3)'
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import math
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+
+from dpbook.io import atomic_write_json
+
+#: The repository root (results and paper tables are found relative to it, whatever the working directory).
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "data" / "results"
+PAPER_DIR = REPO_ROOT / "data" / "paper"
+SCHEMA_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Provenance
+# ----------------------------------------------------------------------------------------------------------------
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> dict:
+    """The commit of the checkout that runs the code and whether tracked files differ from it (None outside git).
+
+    Looked up once per process: a sweep's runs share it.
+    """
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def device_name(device: torch.device | str) -> str:
+    """A human-readable name of the device a run used, e.g. ``"cuda: NVIDIA H100 80GB HBM3"`` or ``"cpu: x86_64"``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return f"{device.type}: {platform.machine() or 'unknown'} ({torch.get_num_threads()} threads)"
+
+
+def versions() -> dict:
+    """Versions of Python and of the libraries a result depends on (those that are imported)."""
+    import dpbook
+
+    found = {"python": platform.python_version(), "dpbook": dpbook.__version__, "torch": torch.__version__}
+    for name in ("torchvision", "opacus", "numpy", "transformers"):
+        module = sys.modules.get(name)
+        if module is None and name != "transformers":
+            module = __import__(name)
+        if module is not None:
+            found[name] = getattr(module, "__version__", "unknown")
+    return found
+
+
+def provenance(device: torch.device | str) -> dict:
+    """Where and with what a run was made: device, versions, git commit, UTC time."""
+    return {"device": device_name(device), "versions": versions(), "git": git_commit(),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Result files
+# ----------------------------------------------------------------------------------------------------------------
+
+def write_result(record: Mapping[str, Any], path: str | Path) -> Path:
+    """Write one run's record atomically as one compact JSON line (see :func:`dpbook.io.atomic_write_json`)."""
+    return atomic_write_json({"schema": SCHEMA_VERSION, **record}, path, indent=None)
+
+
+def read_result(path: str | Path) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_results(study: str, *, root: str | Path = RESULTS_DIR, smoke: bool = False, **match) -> list[dict]:
+    """All records of ``study`` whose experiment fields equal ``match`` (e.g. ``method="dpsgd", epsilon=4.0``).
+
+    Smoke-mode records are skipped unless ``smoke=True``: a page never mixes them with real runs.
+    """
+    folder = Path(root) / study
+    records = []
+    for path in sorted(folder.rglob("*.json")):
+        record = read_result(path)
+        exp = record.get("experiment", {})
+        if bool(exp.get("smoke", False)) != smoke:
+            continue
+        if all(_equal(exp.get(k), v) for k, v in match.items()):
+            records.append(record)
+    return records
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return a == b
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Paper tables
+# ----------------------------------------------------------------------------------------------------------------
+
+def load_paper_table(name: str, *, root: str | Path = PAPER_DIR) -> dict:
+    """A transcribed table, e.g. ``load_paper_table("dcsgd_table4")`` (see ``data/paper/``)."""
+    path = Path(root) / f"{name}.json"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in Path(root).glob("*.json"))) or "none"
+        raise FileNotFoundError(f"no transcribed table {name!r} in {root} (known: {known})")
+    with open(path) as f:
+        return json.load(f)
+
+
+def paper_rows(table: Mapping, **match) -> list[dict]:
+    """The rows of a transcribed table whose keys equal ``match`` (e.g. ``dataset="mnist", method="dpsgd"``)."""
+    return [row for row in table["rows"] if all(_equal(row.get(k), v) for k, v in match.items())]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Summaries
+# ----------------------------------------------------------------------------------------------------------------
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """Mean, sample standard deviation (n - 1; NaN for one value) and count, rounded to 12 digits."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = sum(xs) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else math.nan
+    return round(mean, 12), round(std, 12), n
+
+
+def format_mean_std(mean: float, std: float, n: int, *, digits: int = 2) -> str:
+    """``"92.00 ± 2.00 (n=3)"``; ``"not run yet"`` when n = 0; no ± for a single value."""
+    if n == 0:
+        return "not run yet"
+    if n == 1 or math.isnan(std):
+        return f"{mean:.{digits}f} (n=1)"
+    return f"{mean:.{digits}f} ± {std:.{digits}f} (n={n})"
+
+
+def final_metric(record: Mapping, metric: str = "test_accuracy") -> float:
+    """The metric at the end of the run (the last epoch's row)."""
+    return float(record["final"][metric])
+
+
+def epoch_metric(record: Mapping, metric: str = "test_accuracy") -> list[float]:
+    """The metric at the end of every epoch (``record["epochs"]`` holds one list per metric)."""
+    return [float(v) for v in record["epochs"][metric]]
+
+
+def compare(cells: Sequence[Mapping[str, Any]], *, reproduced: Callable[[Mapping], Sequence[float]],
+            paper: Callable[[Mapping], Mapping | None], scale: float = 100.0) -> list[dict]:
+    """One "paper vs reproduced" row per cell.
+
+    ``cells`` are the table's cells (dicts of keys such as dataset, epsilon, method); ``reproduced(cell)`` returns
+    the values measured for it (one per seed or per search; fractions, multiplied by ``scale``) and
+    ``paper(cell)`` the transcribed row (or None). Each row holds the cell's keys, ``paper`` (value, and std if
+    printed), ``reproduced`` (mean ± std (n), or "not run yet"), and ``difference`` (reproduced mean minus paper
+    value, in the table's units) when both exist.
+    """
+    rows = []
+    for cell in cells:
+        values = [scale * v for v in reproduced(cell)]
+        mean, std, n = mean_std(values)
+        ref = paper(cell)
+        ref_text = "not in the paper" if ref is None else (
+            f"{ref['value']:.2f}" + (f" ± {ref['std']:.2f}" if ref.get("std") is not None else ""))
+        difference = "" if ref is None or n == 0 else f"{mean - ref['value']:+.2f}"
+        rows.append({**cell, "paper": ref_text, "reproduced": format_mean_std(mean, std, n),
+                     "difference": difference, "n": n, "mean": mean, "std": std})
+    return rows
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                   headers: Sequence[str] | None = None) -> str:
+    """A Markdown table of ``rows`` (dicts) restricted to ``columns`` (for ``IPython.display.Markdown``)."""
+    headers = list(headers or columns)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell_text(row.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _cell_text(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

@@ -1,0 +1,206 @@
+"""Sweeps: run a grid of reproduction runs, skipping finished ones, surviving interruption, several at once.
+
+Two kinds of sweep share this module:
+
+- **in-process runs** of :class:`dpbook.experiment.Experiment` (:func:`run_all`), used by the digits benchmark
+  (``python -m dpbook.sweep digits --jobs 2``);
+- **papermill executions** of a reproduction notebook over a grid of parameters (:func:`run_notebook_grid`), e.g.
+  every method x epsilon x seed of one table on a GPU::
+
+      python -m dpbook.sweep notebook notebooks/reproduce_dcsgd.ipynb \\
+          --grid method=dpsgd,dcsgd-p,dcsgd-e --grid epsilon=2,4,8 --grid seed=0,1,2,3,4 \\
+          --set mode=run --set dataset=mnist --jobs 1
+
+Every run writes its own result file atomically, so a sweep that is interrupted (Ctrl-C, a Colab disconnect)
+loses at most the runs in flight, and those resume from their checkpoints when the same command is run again.
+Runs whose result file exists are skipped before anything starts. ``--jobs N`` runs N at once (processes, one
+CPU thread each by default); a failed run is reported and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import itertools
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from tqdm.std import tqdm
+
+from dpbook import results
+from dpbook.experiment import Experiment, run_experiment
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _run_one(exp: Experiment, kwargs: dict) -> tuple[str, float, str | None]:
+    started = time.perf_counter()
+    try:
+        run_experiment(exp, progress=False, **kwargs)
+        return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), time.perf_counter() - started, None
+    except Exception:  # a sweep reports a failed run and goes on
+        return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), 0.0, traceback.format_exc(limit=3)
+
+
+def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 1, progress: bool | None = None,
+            **run_kwargs) -> dict:
+    """Run every experiment whose result file does not exist yet; return counts and the failures.
+
+    ``jobs`` processes run at once, each with ``threads`` torch threads. ``run_kwargs`` go to
+    :func:`dpbook.experiment.run_experiment` (``results_dir``, ``device``, ``data_root``, ...).
+    """
+    results_dir = run_kwargs.get("results_dir", results.RESULTS_DIR)
+    unique = {exp.path(results_dir): exp for exp in experiments}
+    todo = [exp for path, exp in unique.items() if not path.exists()]
+    summary = {"planned": len(unique), "skipped": len(unique) - len(todo), "done": 0, "failed": []}
+    if not todo:
+        return summary
+    bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="run", desc="sweep")
+    if jobs <= 1:
+        _init_worker(threads)
+        outcomes = (_run_one(exp, run_kwargs) for exp in todo)
+        _collect(outcomes, summary, bar)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
+                                    initargs=(threads,)) as pool:
+            futures = [pool.submit(_run_one, exp, run_kwargs) for exp in todo]
+            _collect((f.result() for f in cf.as_completed(futures)), summary, bar)
+    bar.close()
+    return summary
+
+
+def _collect(outcomes, summary: dict, bar) -> None:
+    for path, seconds, error in outcomes:
+        if error is None:
+            summary["done"] += 1
+        else:
+            summary["failed"].append((path, error))
+            bar.write(f"FAILED {path}\n{error}")
+        bar.update(1)
+        bar.set_postfix(done=summary["done"], failed=len(summary["failed"]))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Notebook grids (papermill)
+# ----------------------------------------------------------------------------------------------------------------
+
+def parse_value(text: str) -> Any:
+    """``"4"`` -> 4, ``"0.5"`` -> 0.5, ``"true"`` -> True, ``"none"`` -> None, anything else stays a string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_assignments(items: Sequence[str], *, lists: bool) -> dict[str, Any]:
+    """``["epsilon=2,4,8"]`` -> ``{"epsilon": [2, 4, 8]}`` (``lists``) or ``["seed=0"]`` -> ``{"seed": 0}``."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"expected name=value, got {item!r}")
+        name, value = item.split("=", 1)
+        out[name.strip()] = [parse_value(v) for v in value.split(",")] if lists else parse_value(value)
+    return out
+
+
+def grid_points(grid: dict[str, list]) -> list[dict]:
+    """The Cartesian product of a parameter grid, in order: ``{"a": [1, 2], "b": [3]}`` -> two dicts."""
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
+                      output_dir: str | Path = "data/results/executed", jobs: int = 1,
+                      kernel: str = "python3", progress: bool | None = None) -> dict:
+    """Execute ``notebook`` with papermill once per grid point (plus the ``fixed`` parameters).
+
+    Each execution is a separate ``papermill`` process; the executed notebook is kept under ``output_dir``. The
+    notebook itself skips runs whose result file exists (its runs go through
+    :func:`dpbook.experiment.run_experiment`), so rerunning the same sweep only trains what is missing.
+    """
+    notebook = Path(notebook)
+    points = grid_points(grid)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    summary = {"planned": len(points), "done": 0, "failed": []}
+
+    def execute(point: dict) -> tuple[str, str | None]:
+        params = {**fixed, **point}
+        tag = "_".join(f"{k}-{v}" for k, v in point.items()).replace("/", "-")
+        out = output_dir / f"{notebook.stem}_{tag}.ipynb"
+        command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar"]
+        for k, v in params.items():
+            command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
+        done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+        return str(out), None if done.returncode == 0 else done.stderr[-3000:]
+
+    bar = tqdm(total=len(points), disable=None if progress is None else not progress, unit="notebook")
+    with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
+        for out, error in pool.map(execute, points):
+            if error is None:
+                summary["done"] += 1
+            else:
+                summary["failed"].append((out, error))
+                bar.write(f"FAILED {out}\n{error}")
+            bar.update(1)
+    bar.close()
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dpbook.sweep", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    digits = sub.add_parser("digits", help="the digits benchmark of every method (dpbook.digits_benchmark)")
+    digits.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at once")
+    digits.add_argument("--results-dir", default=str(results.RESULTS_DIR))
+    digits.add_argument("--methods", default=None, help="comma-separated subset of the methods")
+    digits.add_argument("--epsilons", default=None, help="comma-separated subset of the budgets")
+    nb = sub.add_parser("notebook", help="papermill executions of a notebook over a parameter grid")
+    nb.add_argument("notebook")
+    nb.add_argument("--grid", action="append", default=[], help="name=v1,v2,... (repeatable)")
+    nb.add_argument("--set", action="append", default=[], help="name=value, the same for every run (repeatable)")
+    nb.add_argument("--jobs", type=int, default=1)
+    nb.add_argument("--output-dir", default="data/results/executed")
+    args = parser.parse_args(argv)
+
+    if args.command == "digits":
+        from dpbook import digits_benchmark
+
+        methods = args.methods.split(",") if args.methods else None
+        epsilons = [float(e) for e in args.epsilons.split(",")] if args.epsilons else None
+        summaries = digits_benchmark.run(jobs=args.jobs, results_dir=args.results_dir, methods=methods,
+                                         epsilons=epsilons)
+    else:
+        summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
+                                       parse_assignments(args.set, lists=False), output_dir=args.output_dir,
+                                       jobs=args.jobs)]
+    failed = sum(len(s["failed"]) for s in summaries)
+    for s in summaries:
+        print({k: (len(v) if k == "failed" else v) for k, v in s.items()})
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
