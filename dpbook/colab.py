@@ -1,0 +1,47 @@
+"""Running the book's notebooks on Colab: the first cell of every notebook, and what the runtime offers.
+
+Every notebook starts with :data:`SETUP_CELL` (``tools/stamp_setup_cell.py`` writes it, a test checks it). On
+Colab it clones the book's repository into ``/content/dpbook`` (the recorded results and the papers' tables come
+with it), installs it in editable mode with the ``text`` extra, and works from there. The install keeps Colab's
+own torch: dpbook's requirements are lower bounds (``pyproject.toml``), which Colab's torch already meets.
+Elsewhere (a local clone, the test suite, the book build) the cell changes nothing. It ends by printing
+:func:`runtime_summary`, which says whether a GPU is there and, if not, how to get one.
+
+To open a notebook on Colab: the rocket icon of a book page ("Colab"), or
+``https://colab.research.google.com/github/<owner>/<repo>/blob/main/notebooks/<name>.ipynb``.
+
+>>> "git" in SETUP_CELL and REPOSITORY in SETUP_CELL
+True
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: The book's repository (also ``repository.url`` in ``_config.yml``; a test keeps the two equal).
+REPOSITORY = "https://github.com/dpbook/dpbook"
+
+SETUP_CELL = f"""\
+# Setup. On Colab: clone the book's repository and install dpbook (Colab's torch is kept). Elsewhere: nothing.
+import os, subprocess, sys
+if "google.colab" in sys.modules:
+    if not os.path.isdir("/content/dpbook"):
+        subprocess.run(["git", "clone", "--depth", "1", "{REPOSITORY}", "/content/dpbook"], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/dpbook[text]"], check=True)
+    os.chdir("/content/dpbook/notebooks")
+    sys.path.insert(0, "/content/dpbook")
+from dpbook.colab import runtime_summary
+print(runtime_summary())"""
+
+
+def runtime_summary() -> str:
+    """One line: the GPU found (name, memory), or that there is none and how to get one on Colab.
+
+    >>> runtime_summary().startswith(("GPU:", "no GPU"))
+    True
+    """
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return f"GPU: {props.name}, {props.total_memory / 2**30:.0f} GiB (torch {torch.__version__})"
+    return (f"no GPU (torch {torch.__version__}, CPU only): the notebooks' defaults and smoke runs work on a CPU; "
+            "for full reproductions on Colab choose Runtime > Change runtime type > GPU")

@@ -1,0 +1,33 @@
+"""Every notebook opens on Colab the same way: its first code cell is dpbook.colab.SETUP_CELL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpbook.colab import REPOSITORY, SETUP_CELL
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_first_code_cell_is_the_setup_cell(path):
+    cells = json.loads(path.read_text())["cells"]
+    first = next(c for c in cells if c["cell_type"] == "code")
+    assert "".join(first["source"]) == SETUP_CELL, (
+        f"{path.name}: the first code cell must be dpbook.colab.SETUP_CELL; run tools/stamp_setup_cell.py")
+
+
+def test_setup_cell_clones_the_books_repository():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["repository"]["url"] == REPOSITORY
+
+
+def test_setup_cell_does_nothing_outside_colab(capsys):
+    exec(compile(SETUP_CELL, "setup", "exec"), {})  # no google.colab here: only prints the runtime summary
+    out = capsys.readouterr().out
+    assert out.startswith(("GPU:", "no GPU"))

@@ -1,0 +1,32 @@
+"""Write dpbook.colab.SETUP_CELL as the first code cell of every notebook in notebooks/ (idempotent).
+
+    .venv/bin/python tools/stamp_setup_cell.py
+"""
+
+from pathlib import Path
+
+import nbformat
+
+from dpbook.colab import SETUP_CELL
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stamp(path: Path) -> bool:
+    nb = nbformat.read(path, as_version=4)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    first = nb.cells[code[0]] if code else None
+    if first is not None and first.metadata.get("dpbook") == "setup":
+        if first.source == SETUP_CELL:
+            return False
+        first.source = SETUP_CELL
+    else:
+        cell = nbformat.v4.new_code_cell(SETUP_CELL, id="setup", metadata={"dpbook": "setup"})
+        nb.cells.insert(code[0] if code else len(nb.cells), cell)
+    nbformat.write(nb, path)
+    return True
+
+
+if __name__ == "__main__":
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        print(("stamped " if stamp(notebook) else "unchanged ") + notebook.name)
