@@ -1,0 +1,244 @@
+"""The reproduction harness: runs, result files, resume, privacy checks, searches, cells and sweeps."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+import torch
+
+from dpbook import experiment, reproduce, results, sweep
+from dpbook.accounting import epsilon_of_history
+from dpbook.experiment import Experiment, check_spent, plan_of, run_experiment
+from dpbook.methods import METHODS
+from dpbook.train import Trainer
+from dpbook.tuning import tuning_plan
+
+DIGITS = dict(study="test", dataset="digits", model="digits_mlp", epsilon=4.0, delta=1e-5, epochs=1,
+              batch_size=256, lr=0.01)
+
+#: Minimal hyperparameters of every registered method (a new method must be added here).
+HYPERPARAMETERS = {
+    "dpsgd": {"C": 1.0}, "dcsgd-p": {"p": 0.5}, "dcsgd-e": {}, "adaclip": {"p": 0.5, "eta_C": 0.2},
+    "dynamic": {"C_0": 1.0, "rho_C": 0.5}, "autos": {}, "psac": {"C": 1.0, "r": 0.01},
+    "psasc": {"C": 1.0, "r": 0.01, "s": 0.5},
+    "psasc-momentum": {"C": 1.0, "r": 0.01, "s": 0.5, "K0": 1, "gamma0": 0.5, "gamma1": 0.5},
+    "dpdr": {"C_perp": 1.0, "C_alpha": 0.3, "C_g": 1.0, "s": 3}, "diff": {"C_d": 0.5, "C_g": 1.0},
+    "diff2": {"C_d": 0.5, "C_g": 1.0, "restart_every": 2},
+}
+
+
+def test_every_method_has_test_hyperparameters():
+    assert set(HYPERPARAMETERS) == set(METHODS)
+
+
+def test_run_writes_a_complete_record_and_is_not_repeated(tmp_path):
+    exp = Experiment(method="dpsgd", hyperparameters={"C": 1.0}, **DIGITS)
+    record = run_experiment(exp, results_dir=tmp_path, progress=False)
+    path = exp.path(tmp_path)
+    assert path.exists() and path.parent.name == "dpsgd" and path.parent.parent.name == "test"
+    for key in ("experiment", "plan", "sigma", "epsilon_spent", "epochs", "final", "wall_time_s", "device",
+                "versions", "git", "created", "N", "steps", "schema"):
+        assert key in record, key
+    assert record["experiment"]["seed"] == 0 and record["N"] == 1437 and record["steps"] == 6
+    assert record["epsilon_spent"] <= 4.0 and record["epsilon_spent"] > 3.9
+    assert record["epochs"]["epoch"] == [1] and record["final"]["test_accuracy"] == record["epochs"]["test_accuracy"][-1]
+    assert {"torch", "opacus", "numpy", "python", "dpbook"} <= set(record["versions"])
+    mtime = path.stat().st_mtime_ns
+    assert run_experiment(exp, results_dir=tmp_path) == record
+    assert path.stat().st_mtime_ns == mtime  # found, not retrained
+    assert not list(tmp_path.rglob("*.pt"))  # the checkpoint is removed once the result is written
+
+
+def test_key_ignores_study_and_micro_batches_but_not_the_rest():
+    exp = Experiment(method="dpsgd", hyperparameters={"C": 1.0}, **DIGITS)
+    assert exp.key() == exp.replace(study="other", micro_batch_size=7).key()
+    assert exp.key() != exp.replace(seed=1).key() != exp.replace(hyperparameters={"C": 2.0}).key()
+    assert Experiment(method="dpsgd", protocol="none", G=9, **DIGITS).G == 1  # free tuning: G does not matter
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(dataset="imagenet"), "unknown dataset"), (dict(method="sgd"), "unknown method"),
+    (dict(optimizer="rmsprop"), "optimizer"), (dict(protocol="bonferroni"), "protocol"),
+    (dict(epsilon=0.0), "epsilon"), (dict(delta=1.5), "delta"), (dict(batch_size=-1), "batch_size"),
+])
+def test_bad_experiments_are_refused_with_a_clear_message(change, message):
+    with pytest.raises(ValueError, match=message):
+        Experiment(**{**DIGITS, "method": "dpsgd", **change})
+
+
+def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
+    exp = Experiment(method="dcsgd-e", **{**DIGITS, "epochs": 2})
+    reference = run_experiment(exp, results_dir=tmp_path / "a", progress=False)
+
+    original = Trainer.run
+
+    def interrupted(self, **kwargs):
+        original(self, max_steps=7)  # checkpoints at step 7, then the "machine" goes away
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(exp, results_dir=tmp_path / "b", checkpoint_every=1, progress=False)
+    assert not exp.path(tmp_path / "b").exists() and list((tmp_path / "b").rglob("*.pt"))
+    monkeypatch.setattr(Trainer, "run", original)
+    resumed = run_experiment(exp, results_dir=tmp_path / "b", progress=False)
+    assert resumed["resumed"] is True
+    assert resumed["epochs"] == reference["epochs"] and resumed["epsilon_spent"] == reference["epsilon_spent"]
+
+
+@pytest.mark.parametrize("method", sorted(HYPERPARAMETERS))
+@pytest.mark.parametrize("protocol", ["rdp", "lt"])
+def test_every_method_spends_no_more_than_a_charged_search_allows(tmp_path, method, protocol):
+    """from_plan of each method against the accountant: G = 3 runs of its exact history fit the budget."""
+    exp = Experiment(method=method, hyperparameters=HYPERPARAMETERS[method], protocol=protocol, G=3,
+                     **{**DIGITS, "epochs": 1, "batch_size": 512})
+    record = run_experiment(exp, results_dir=tmp_path, progress=False)  # check_spent raises on overspending
+    plan = plan_of(exp, record["N"])
+    assert record["sigma"] == plan.sigma
+    if protocol == "lt":
+        assert record["epsilon_spent"] <= plan.per_run_epsilon * (1 + 1e-9)
+
+
+def test_check_spent_refuses_a_run_that_overspends():
+    plan = tuning_plan(4.0, 1e-5, sample_rate=0.1, steps=100, G=3, protocol="rdp")
+    honest = [(plan.sigma, 0.1, 100)]
+    assert check_spent(honest, plan) == pytest.approx(epsilon_of_history(honest, 1e-5))
+    with pytest.raises(RuntimeError, match="charges"):
+        check_spent([(0.9 * plan.sigma, 0.1, 100)], plan)
+
+
+@pytest.mark.parametrize("dataset, model, method", [
+    ("mnist", "mnist_cnn", "dpsgd"), ("cifar10-simclr", "linear_classifier", "psasc"),
+    ("names", "char_lstm", "dcsgd-p"), ("qnli", "bert_base", "autos"), ("celeba", "resnet9", "psac"),
+])
+def test_smoke_runs_every_kind_of_task(tmp_path, dataset, model, method):
+    exp = Experiment(study="smoke", dataset=dataset, model=model, method=method,
+                     hyperparameters=HYPERPARAMETERS[method], epochs=1, batch_size=16, smoke=True)
+    record = run_experiment(exp, results_dir=tmp_path, progress=False)
+    assert record["experiment"]["smoke"] and record["steps"] >= 1 and exp.path(tmp_path).name.startswith("smoke_")
+    assert results.load_results("smoke", root=tmp_path) == []  # pages never mix smoke runs with real ones
+    assert len(results.load_results("smoke", root=tmp_path, smoke=True)) == 1
+
+
+def test_missing_real_dataset_names_the_fix(tmp_path):
+    exp = Experiment(study="x", dataset="mnist", model="mnist_cnn", method="dpsgd", hyperparameters={"C": 1.0})
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        run_experiment(exp, results_dir=tmp_path, data_root=tmp_path / "nowhere")
+
+
+def test_train_size_keeps_the_same_subset_for_every_seed():
+    exp = Experiment(method="dpsgd", train_size=500, **DIGITS)
+    a = experiment.load_task_data(exp)
+    b = experiment.load_task_data(exp.replace(seed=3))
+    assert len(a.x_train) == 500 and torch.equal(a.x_train, b.x_train) and len(a.x_test) == 360
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Searches and cells
+# ----------------------------------------------------------------------------------------------------------------
+
+GRID = [{"C": 0.5}, {"C": 1.0}, {"C": 4.0}]
+
+
+def test_lt_searches_are_fixed_in_advance_and_independent():
+    base = Experiment(method="dpsgd", protocol="lt", **DIGITS)
+    first, again = reproduce.search(base, GRID, rep=0), reproduce.search(base, GRID, rep=0)
+    assert first == again and all(r.G == 3 for r in first)
+    seeds = [{r.seed for r in reproduce.search(base, GRID, rep)} for rep in range(3)]
+    assert not (seeds[0] & seeds[1]) and not (seeds[1] & seeds[2])
+    lengths = {len(reproduce.search(base, GRID, rep)) for rep in range(20)}
+    assert len(lengths) > 1  # random stopping: the number of runs varies
+
+
+def test_unreachable_cells_say_why():
+    base = Experiment(method="dpsgd", protocol="lt", **{**DIGITS, "epsilon": 1.0})
+    with pytest.raises(ValueError, match="LT"):
+        reproduce.search(base, GRID)
+    assert reproduce.cell(base, GRID, 2)["status"] == "unreachable"
+    andrew = Experiment(method="adaclip", protocol="rdp", **{**DIGITS, "epsilon": 0.5, "batch_size": 16})
+    assert "sigma_b" in reproduce.cell(andrew, [{"p": 0.5}, {"p": 0.7}], 1)["reason"]
+
+
+def test_cell_goes_from_not_run_to_ok(tmp_path):
+    base = Experiment(method="dpsgd", protocol="none", **DIGITS)
+    assert reproduce.cell(base, GRID, 2, tmp_path)["status"] == "not run yet"
+    assert reproduce.reruns(base, GRID, 2, tmp_path) == []
+    sweep.run_all(reproduce.planned_runs(base, GRID, 2), results_dir=tmp_path, progress=False)
+    best = reproduce.best_of(reproduce.search(base, GRID), tmp_path)
+    runs = reproduce.reruns(base, GRID, 2, tmp_path)
+    assert [r.seed for r in runs] == [0, 1] and runs[0].hyperparameters == best[0].hyperparameters
+    assert reproduce.cell(base, GRID, 2, tmp_path)["status"] in ("partial", "ok")
+    summary = sweep.run_all(runs, results_dir=tmp_path, progress=False)
+    assert summary["done"] + summary["skipped"] == 2
+    cell = reproduce.cell(base, GRID, 2, tmp_path)
+    assert cell["status"] == "ok" and len(cell["values"]) == 2 and cell["chosen"] == [best[0].hyperparameters]
+
+
+def test_charged_cell_is_the_best_run_of_each_search(tmp_path):
+    base = Experiment(method="dpsgd", protocol="rdp", **DIGITS)
+    sweep.run_all(reproduce.planned_runs(base, GRID, 2), results_dir=tmp_path, progress=False)
+    cell = reproduce.cell(base, GRID, 2, tmp_path)
+    expected = [reproduce.best_of(reproduce.search(base, GRID, rep), tmp_path)[1] for rep in range(2)]
+    assert cell["status"] == "ok" and cell["values"] == expected
+    assert cell["sigma"] == plan_of(base.replace(G=3), 1437).sigma
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sweeps and results
+# ----------------------------------------------------------------------------------------------------------------
+
+def test_sweep_reports_failures_and_goes_on(tmp_path):
+    good = Experiment(method="dpsgd", hyperparameters={"C": 1.0}, **DIGITS)
+    bad = Experiment(method="dpsgd", hyperparameters={"C": -1.0}, **DIGITS)
+    summary = sweep.run_all([good, bad, good], results_dir=tmp_path, progress=False)
+    assert summary["planned"] == 2 and summary["done"] == 1 and len(summary["failed"]) == 1
+    assert "C (clipping threshold)" in summary["failed"][0][1]
+    assert sweep.run_all([good], results_dir=tmp_path, progress=False)["skipped"] == 1
+
+
+def test_sweep_command_line_parsing():
+    assert sweep.parse_assignments(["epsilon=2,4.5", "method=dpsgd"], lists=True) == {
+        "epsilon": [2, 4.5], "method": ["dpsgd"]}
+    assert sweep.parse_assignments(["smoke=true", "delta=none"], lists=False) == {"smoke": True, "delta": None}
+    assert sweep.grid_points({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+    with pytest.raises(ValueError, match="name=value"):
+        sweep.parse_assignments(["epsilon"], lists=True)
+
+
+def test_notebook_grid_runs_papermill_once_per_point(tmp_path):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("x = 0\nout = ''", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("open(out, 'w').write(str(x))")]
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    summary = sweep.run_notebook_grid(path, {"x": [1, 2]}, {"out": str(tmp_path / "x.txt")},
+                                      output_dir=tmp_path / "executed", jobs=2, progress=False)
+    assert summary["done"] == 2 and not summary["failed"]
+    assert sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb")) == ["tiny_x-1.ipynb", "tiny_x-2.ipynb"]
+
+
+def test_compare_never_invents_a_number():
+    paper = {"rows": [{"dataset": "mnist", "method": "dpsgd", "value": 95.0, "std": 0.2}]}
+    cells = [{"dataset": "mnist", "method": "dpsgd"}, {"dataset": "mnist", "method": "dcsgd-e"}]
+    rows = results.compare(cells, reproduced=lambda c: [0.94, 0.96] if c["method"] == "dpsgd" else [],
+                           paper=lambda c: (results.paper_rows(paper, **c) or [None])[0])
+    assert rows[0]["reproduced"].startswith("95.00 ± 1.41 (n=2)") and rows[0]["difference"] == "+0.00"
+    assert rows[1]["reproduced"] == "not run yet" and rows[1]["paper"] == "not in the paper"
+    table = results.markdown_table(rows, ["method", "paper", "reproduced"])
+    assert table.splitlines()[0] == "| method | paper | reproduced |" and "not run yet" in table
+
+
+def test_paper_tables_load_and_missing_ones_are_named():
+    table = results.load_paper_table("dcsgd_table4")
+    assert table["table"] == "IV" and results.paper_rows(table, dataset="mnist", epsilon=1, method="dpsgd")
+    with pytest.raises(FileNotFoundError, match="dcsgd_table4"):
+        results.load_paper_table("dcsgd_table99")
+
+
+def test_result_files_are_single_json_lines(tmp_path):
+    path = results.write_result({"a": [1, 2]}, tmp_path / "r.json")
+    text = path.read_text()
+    assert text.count("\n") == 1 and json.loads(text) == {"a": [1, 2], "schema": results.SCHEMA_VERSION}
