@@ -69,19 +69,24 @@ GRIDS: dict[str, list[dict]] = {
 METHODS: tuple[str, ...] = tuple(GRIDS)
 
 
-def base(method: str, epsilon: float, protocol: str) -> Experiment:
+def base(method: str, epsilon: float, protocol: str, *, epochs: int = SETTING["epochs"]) -> Experiment:
     """The cell's experiment (seed and grid point are filled in by :mod:`dpbook.reproduce`)."""
-    return Experiment(method=method, epsilon=epsilon, protocol=protocol, **SETTING)
+    return Experiment(method=method, epsilon=epsilon, protocol=protocol, **{**SETTING, "epochs": epochs})
 
 
-def cell(method: str, epsilon: float, protocol: str, results_dir=results.RESULTS_DIR) -> dict:
+def cell(method: str, epsilon: float, protocol: str, results_dir=results.RESULTS_DIR, *, seeds: int = SEEDS,
+         epochs: int = SETTING["epochs"]) -> dict:
     """One cell of the benchmark table (see :func:`dpbook.reproduce.cell`)."""
-    return reproduce.cell(base(method, epsilon, protocol), GRIDS[method], SEEDS, results_dir)
+    return reproduce.cell(base(method, epsilon, protocol, epochs=epochs), GRIDS[method], seeds, results_dir)
 
 
 def run(*, jobs: int = 2, results_dir=results.RESULTS_DIR, methods: Sequence[str] | None = None,
-        epsilons: Sequence[float] | None = None, progress: bool | None = None) -> list[dict]:
-    """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries."""
+        epsilons: Sequence[float] | None = None, seeds: int = SEEDS, epochs: int = SETTING["epochs"],
+        progress: bool | None = None) -> list[dict]:
+    """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries.
+
+    ``seeds`` and ``epochs`` other than the defaults make a smaller benchmark (the notebook's smoke test).
+    """
     methods = list(methods or METHODS)
     epsilons = list(epsilons or EPSILONS)
     unknown = sorted(set(methods) - set(GRIDS))
@@ -91,18 +96,18 @@ def run(*, jobs: int = 2, results_dir=results.RESULTS_DIR, methods: Sequence[str
     phase1, unreachable = [], []
     for m, e, p in cells:
         try:
-            phase1 += reproduce.planned_runs(base(m, e, p), GRIDS[m], SEEDS)
+            phase1 += reproduce.planned_runs(base(m, e, p, epochs=epochs), GRIDS[m], seeds)
         except ValueError as err:
             unreachable.append(f"{m} eps={e:g} {p}: {str(err).splitlines()[0][:160]}")
     first = run_all(phase1, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
     first["unreachable"] = unreachable
-    phase2 = [r for m, e, p in cells if p == "none" for r in _reruns(m, e, results_dir)]
+    phase2 = [r for m, e, p in cells if p == "none" for r in _reruns(m, e, results_dir, seeds, epochs)]
     second = run_all(phase2, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
     return [first, second]
 
 
-def _reruns(method: str, epsilon: float, results_dir) -> list[Experiment]:
+def _reruns(method: str, epsilon: float, results_dir, seeds: int, epochs: int) -> list[Experiment]:
     try:
-        return reproduce.reruns(base(method, epsilon, "none"), GRIDS[method], SEEDS, results_dir)
+        return reproduce.reruns(base(method, epsilon, "none", epochs=epochs), GRIDS[method], seeds, results_dir)
     except ValueError:
         return []

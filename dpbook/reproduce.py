@@ -75,10 +75,13 @@ def _plan_cached(base: Experiment, N: int) -> TuningPlan:
 _PLANS: dict[tuple, TuningPlan] = {}
 
 
-def check_feasible(base: Experiment, point: Mapping, the_plan: TuningPlan) -> None:
-    """Build and bind the method at the plan's noise: a ValueError names the constraint it violates."""
-    method = METHODS[base.method].from_plan(the_plan, **dict(point))
-    method.bind([torch.zeros(1)], expected_batch_size=base.batch_size)
+def check_feasible(base: Experiment, grid: Sequence[Mapping], the_plan: TuningPlan) -> None:
+    """Build and bind the method at the plan's noise for every grid point: a ValueError names the first
+    constraint violated (e.g. DPDR's GDR steps alone overspend, or Andrew et al.'s 2 sigma_b <= sigma), so that a
+    sweep never plans a run that cannot start."""
+    for point in grid:
+        method = METHODS[base.method].from_plan(the_plan, **dict(point))
+        method.bind([torch.zeros(1)], expected_batch_size=base.batch_size)
 
 
 def search(base: Experiment, grid: Sequence[Mapping], rep: int = 0) -> list[Experiment]:
@@ -88,7 +91,7 @@ def search(base: Experiment, grid: Sequence[Mapping], rep: int = 0) -> list[Expe
     """
     grid = [dict(base.hyperparameters) | dict(point) for point in grid]
     the_plan = plan(base, len(grid))
-    check_feasible(base, grid[0], the_plan)
+    check_feasible(base, grid, the_plan)
     if base.protocol == "none":
         return [base.replace(hyperparameters=p, G=1, seed=i) for i, p in enumerate(grid)]
     return [base.replace(hyperparameters=grid[index], G=len(grid), seed=seed)

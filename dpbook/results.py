@@ -102,6 +102,21 @@ def read_result(path: str | Path) -> dict:
         return json.load(f)
 
 
+def repo_path(path: str | Path | None, default: Path = RESULTS_DIR) -> Path:
+    """A notebook parameter's path: None is ``default``; a relative path is relative to the repository root.
+
+    Notebooks run with their own folder as the working directory (papermill, the book build, Colab's setup
+    cell); this keeps ``results_dir="tests/_executed/results"`` meaning the same folder everywhere.
+
+    >>> repo_path("data/results") == RESULTS_DIR, repo_path(None) == RESULTS_DIR
+    (True, True)
+    """
+    if path is None:
+        return default
+    path = Path(path)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
 def load_results(study: str, *, root: str | Path = RESULTS_DIR, smoke: bool = False, **match) -> list[dict]:
     """All records of ``study`` whose experiment fields equal ``match`` (e.g. ``method="dpsgd", epsilon=4.0``).
 
@@ -199,6 +214,28 @@ def compare(cells: Sequence[Mapping[str, Any]], *, reproduced: Callable[[Mapping
         rows.append({**cell, "paper": ref_text, "reproduced": format_mean_std(mean, std, n),
                      "difference": difference, "n": n, "mean": mean, "std": std})
     return rows
+
+
+def difference(a: Sequence[float], b: Sequence[float], *, z: float = 2.0) -> dict:
+    """Mean of ``a`` minus mean of ``b``, its standard error, and whether it is beyond ``z`` standard errors.
+
+    The standard error is Welch's, sqrt(s_a^2/n_a + s_b^2/n_b) (sample stds; each side needs two values).
+    ``sign`` is +1 (a above b by more than z SE), -1 (below by more than z SE) or 0 (within noise).
+
+    >>> d = difference([0.90, 0.92, 0.94], [0.80, 0.82, 0.84])
+    >>> round(d["diff"], 6), round(d["se"], 6), d["sign"]
+    (0.1, 0.01633, 1)
+    >>> difference([0.90, 0.92], [0.91, 0.93])["sign"]
+    0
+    """
+    ma, sa, na = mean_std(a)
+    mb, sb, nb = mean_std(b)
+    if na < 2 or nb < 2:
+        raise ValueError(f"difference needs at least two values on each side, got {na} and {nb}")
+    se = math.sqrt(sa ** 2 / na + sb ** 2 / nb)
+    diff = ma - mb
+    sign = 0 if abs(diff) <= z * se else (1 if diff > 0 else -1)
+    return {"diff": diff, "se": se, "sign": sign}
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
