@@ -8,8 +8,11 @@ Two kinds of sweep share this module:
   every method x epsilon x seed of one table on a GPU::
 
       python -m dpbook.sweep notebook notebooks/reproduce_dcsgd.ipynb \\
-          --grid method=dpsgd,dcsgd-p,dcsgd-e --grid epsilon=2,4,8 --grid seed=0,1,2,3,4 \\
-          --set mode=run --set dataset=mnist --jobs 1
+          --grid "methods=['dpsgd'],['dcsgd-p'],['dcsgd-e']" --grid "epsilons=[2.0],[4.0],[8.0]" \\
+          --set mode=run --set table=IV --set "datasets=['mnist']" --jobs 1
+
+  (a value in brackets is a Python list, passed to papermill as YAML; grid values are separated by the commas
+  outside brackets).
 
 Every run writes its own result file atomically, so a sweep that is interrupted (Ctrl-C, a Colab disconnect)
 loses at most the runs in flight, and those resume from their checkpoints when the same command is run again.
@@ -20,6 +23,8 @@ CPU thread each by default); a failed run is reported and the sweep goes on.
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 import concurrent.futures as cf
 import itertools
 import multiprocessing
@@ -96,7 +101,10 @@ def _collect(outcomes, summary: dict, bar) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 def parse_value(text: str) -> Any:
-    """``"4"`` -> 4, ``"0.5"`` -> 0.5, ``"true"`` -> True, ``"none"`` -> None, anything else stays a string."""
+    """``"4"`` -> 4, ``"0.5"`` -> 0.5, ``"true"`` -> True, ``"none"`` -> None, ``"['a', 'b']"`` -> a list,
+    anything else stays a string."""
+    if text.strip()[:1] in ("[", "{"):
+        return ast.literal_eval(text.strip())
     lowered = text.strip().lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -117,8 +125,22 @@ def parse_assignments(items: Sequence[str], *, lists: bool) -> dict[str, Any]:
         if "=" not in item:
             raise ValueError(f"expected name=value, got {item!r}")
         name, value = item.split("=", 1)
-        out[name.strip()] = [parse_value(v) for v in value.split(",")] if lists else parse_value(value)
+        out[name.strip()] = [parse_value(v) for v in _split_top_level(value)] if lists else parse_value(value)
     return out
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on the commas outside brackets: ``"[1, 2],[3]"`` -> ``["[1, 2]", "[3]"]``."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char in "[{("
+        depth -= char in "]})"
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return parts + [current]
 
 
 def grid_points(grid: dict[str, list]) -> list[dict]:
@@ -144,7 +166,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
 
     def execute(point: dict) -> tuple[str, str | None]:
         params = {**fixed, **point}
-        tag = "_".join(f"{k}-{v}" for k, v in point.items()).replace("/", "-")
+        tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))
         out = output_dir / f"{notebook.stem}_{tag}.ipynb"
         command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar"]
         for k, v in params.items():

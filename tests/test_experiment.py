@@ -203,6 +203,8 @@ def test_sweep_command_line_parsing():
         "epsilon": [2, 4.5], "method": ["dpsgd"]}
     assert sweep.parse_assignments(["smoke=true", "delta=none"], lists=False) == {"smoke": True, "delta": None}
     assert sweep.grid_points({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+    assert sweep.parse_assignments(["methods=['dpsgd'],['a', 'b']"], lists=True) == {
+        "methods": [["dpsgd"], ["a", "b"]]}
     with pytest.raises(ValueError, match="name=value"):
         sweep.parse_assignments(["epsilon"], lists=True)
 
@@ -217,7 +219,7 @@ def test_notebook_grid_runs_papermill_once_per_point(tmp_path):
     summary = sweep.run_notebook_grid(path, {"x": [1, 2]}, {"out": str(tmp_path / "x.txt")},
                                       output_dir=tmp_path / "executed", jobs=2, progress=False)
     assert summary["done"] == 2 and not summary["failed"]
-    assert sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb")) == ["tiny_x-1.ipynb", "tiny_x-2.ipynb"]
+    assert sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb")) == ["tiny_x=1.ipynb", "tiny_x=2.ipynb"]
 
 
 def test_compare_never_invents_a_number():
