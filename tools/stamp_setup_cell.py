@@ -10,6 +10,7 @@ import nbformat
 from dpbook.colab import SETUP_CELL
 
 ROOT = Path(__file__).resolve().parents[1]
+CELL_ID = "colab-setup"
 
 
 def stamp(path: Path) -> bool:
@@ -17,12 +18,15 @@ def stamp(path: Path) -> bool:
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     first = nb.cells[code[0]] if code else None
     if first is not None and first.metadata.get("dpbook") == "setup":
-        if first.source == SETUP_CELL:
+        if first.source == SETUP_CELL and first.id == CELL_ID:
             return False
-        first.source = SETUP_CELL
+        first.source, first.id = SETUP_CELL, CELL_ID
     else:
-        cell = nbformat.v4.new_code_cell(SETUP_CELL, id="setup", metadata={"dpbook": "setup"})
+        cell = nbformat.v4.new_code_cell(SETUP_CELL, id=CELL_ID, metadata={"dpbook": "setup"})
         nb.cells.insert(code[0] if code else len(nb.cells), cell)
+    ids = [c.id for c in nb.cells]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"{path.name}: duplicate cell ids {sorted({i for i in ids if ids.count(i) > 1})}")
     nbformat.write(nb, path)
     return True
 
