@@ -84,17 +84,31 @@ def check_feasible(base: Experiment, grid: Sequence[Mapping], the_plan: TuningPl
         method.bind([torch.zeros(1)], expected_batch_size=base.batch_size)
 
 
+#: Grid keys that set a field of the run instead of a method hyperparameter (they do not change its noise).
+RUN_FIELDS = ("lr", "optimizer")
+
+
+def _split(base: Experiment, point: Mapping) -> dict:
+    """The changes a grid point makes to ``base``: run fields (:data:`RUN_FIELDS`) and method hyperparameters."""
+    fields = {k: v for k, v in point.items() if k in RUN_FIELDS}
+    hyperparameters = dict(base.hyperparameters) | {k: v for k, v in point.items() if k not in RUN_FIELDS}
+    return fields | {"hyperparameters": hyperparameters}
+
+
 def search(base: Experiment, grid: Sequence[Mapping], rep: int = 0) -> list[Experiment]:
     """The runs of one search over ``grid`` for the cell ``base`` (its protocol, budget, method, setting).
 
+    A grid point may also set the learning rate or the optimizer (:data:`RUN_FIELDS`), e.g. DC-SGD's Table V
+    tunes eta: ``[{"C": 1.0, "lr": 0.01}, ...]``.
+
     Raises ValueError when the protocol cannot reach the budget or the method cannot run at that noise.
     """
-    grid = [dict(base.hyperparameters) | dict(point) for point in grid]
-    the_plan = plan(base, len(grid))
-    check_feasible(base, grid, the_plan)
+    points = [_split(base, point) for point in grid]
+    the_plan = plan(base, len(points))
+    check_feasible(base, [p["hyperparameters"] for p in points], the_plan)
     if base.protocol == "none":
-        return [base.replace(hyperparameters=p, G=1, seed=i) for i, p in enumerate(grid)]
-    return [base.replace(hyperparameters=grid[index], G=len(grid), seed=seed)
+        return [base.replace(G=1, seed=i, **p) for i, p in enumerate(points)]
+    return [base.replace(G=len(points), seed=seed, **points[index])
             for _, index, seed in search_schedule(the_plan, rep * REP_SEED)]
 
 
@@ -121,6 +135,11 @@ def reruns(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=re
     return [] if best is None else [best[0].replace(seed=s) for s in range(seeds)]
 
 
+def chosen_point(run: Experiment, base: Experiment) -> dict:
+    """What a search chose: the run's hyperparameters, plus its learning rate or optimizer when they differ."""
+    return dict(run.hyperparameters) | {k: getattr(run, k) for k in RUN_FIELDS if getattr(run, k) != getattr(base, k)}
+
+
 def planned_runs(base: Experiment, grid: Sequence[Mapping], seeds: int) -> list[Experiment]:
     """Every run the cell needs that is known before any result: the grid ("none") or all n searches."""
     if base.protocol == "none":
@@ -139,7 +158,7 @@ def cell(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=resu
             runs = reruns(base, grid, seeds, results_dir)
             found = [results.read_result(r.path(results_dir)) for r in runs if r.path(results_dir).exists()]
             values = [results.final_metric(r) for r in found]
-            chosen = [dict(runs[0].hyperparameters)] if runs else []
+            chosen = [chosen_point(runs[0], base)] if runs else []
             sigmas = [r["sigma"] for r in found]
         else:
             values, chosen, sigmas = [], [], []
@@ -147,7 +166,7 @@ def cell(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=resu
                 best = best_of(search(base, grid, rep), results_dir)
                 if best is not None:
                     values.append(best[1])
-                    chosen.append(dict(best[0].hyperparameters))
+                    chosen.append(chosen_point(best[0], base))
                     sigmas.append(results.read_result(best[0].path(results_dir))["sigma"])
     except ValueError as err:
         return {"status": "unreachable", "reason": str(err), "values": [], "chosen": [], "sigma": None}

@@ -152,6 +152,13 @@ def test_lt_searches_are_fixed_in_advance_and_independent():
     assert len(lengths) > 1  # random stopping: the number of runs varies
 
 
+def test_grid_points_may_set_the_learning_rate():
+    base = Experiment(method="dpsgd", protocol="rdp", **DIGITS)
+    runs = reproduce.search(base, [{"C": 1.0, "lr": 0.1}, {"C": 1.0, "lr": 0.01}])
+    assert [(r.lr, r.hyperparameters) for r in runs] == [(0.1, {"C": 1.0}), (0.01, {"C": 1.0})]
+    assert reproduce.chosen_point(runs[0], base) == {"C": 1.0, "lr": 0.1}
+
+
 def test_unreachable_cells_say_why():
     base = Experiment(method="dpsgd", protocol="lt", **{**DIGITS, "epsilon": 1.0})
     with pytest.raises(ValueError, match="LT"):
