@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.dpbook-installed
 PYTEST_ARGS ?=
 
-.PHONY: test book install bench clean clean-book
+.PHONY: test book install bench digits clean clean-book
 
 install: $(STAMP)
 
@@ -40,6 +40,10 @@ book: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m dpbook.bench
+
+# The digits benchmark (every method, epsilon 1-8, 5 seeds, three tuning protocols): trains only what is missing.
+digits: $(STAMP)
+	$(PY) -m dpbook.sweep digits --jobs 2
 
 clean-book:
 	rm -rf _build
