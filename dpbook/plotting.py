@@ -39,3 +39,16 @@ def axes(title: str, xlabel: str, ylabel: str, *, ax=None, figsize=(6, 4)):
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     return ax
+
+
+def annotate_empty(ax, text: str = "not run yet", **text_kwargs):
+    """Say in the middle of an empty panel why it is empty (e.g. no result file yet); ``text_kwargs`` go to
+    ``ax.text`` (defaults: grey, size 13).
+
+    >>> ax = axes("Test accuracy", "epoch", "test accuracy (%)")
+    >>> annotate_empty(ax).get_text()
+    'not run yet'
+    >>> plt.close("all")
+    """
+    style = dict(ha="center", va="center", color="0.45", fontsize=13) | text_kwargs
+    return ax.text(0.5, 0.5, text, transform=ax.transAxes, **style)

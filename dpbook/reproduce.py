@@ -25,7 +25,8 @@ cannot run at that noise (Andrew et al. need 2 sigma_b > sigma), is reported wit
 from __future__ import annotations
 
 import functools
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -33,6 +34,7 @@ from dpbook import results
 from dpbook.data import load_digits
 from dpbook.experiment import TASKS, Experiment, load_task_data, plan_of
 from dpbook.methods import METHODS
+from dpbook.sweep import run_all
 from dpbook.tuning import TuningPlan, search_schedule
 
 REP_SEED = 100_000  # base seed of search r is r * REP_SEED
@@ -172,3 +174,74 @@ def cell(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=resu
         return {"status": "unreachable", "reason": str(err), "values": [], "chosen": [], "sigma": None}
     status = "ok" if len(values) == seeds else ("partial" if values else "not run yet")
     return {"status": status, "values": values, "chosen": chosen, "sigma": sigmas[0] if sigmas else None}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A chapter's cells: what to train next, what to show, and the run-mode loop
+
+
+def best_run(base: Experiment, grid: Sequence[Mapping], results_dir=results.RESULTS_DIR) -> Experiment | None:
+    """The grid run (protocol "none") with the highest final test accuracy, the first on ties; None while any grid
+    run is missing."""
+    found = best_of(search(base.replace(protocol="none"), grid), results_dir)
+    return None if found is None else found[0]
+
+
+def cell_runs(base: Experiment, grid: Sequence[Mapping], seeds: int,
+              results_dir=results.RESULTS_DIR) -> list[Experiment]:
+    """What the cell needs trained now: its planned runs, then (protocol "none", once the grid is complete) the
+    re-runs of its best point."""
+    runs = planned_runs(base, grid, seeds)
+    return runs + reruns(base, grid, seeds, results_dir) if base.protocol == "none" else runs
+
+
+def summarise(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=results.RESULTS_DIR) -> dict:
+    """:func:`cell` of a protocol "none" cell, with what a chapter's table and figures show.
+
+    ``status``: "not run yet", "grid k/G done", "grid done, n/seeds seeds" or "done"; ``best``: the best grid run
+    (None until the grid is complete); ``records``: the result records of the re-runs found. A ValueError when the
+    cell is unreachable.
+    """
+    best = best_run(base, grid, results_dir)
+    if best is None:
+        done = sum(run.path(results_dir).exists() for run in search(base.replace(protocol="none"), grid))
+        status = f"grid {done}/{len(grid)} done" if done else "not run yet"
+        return {"status": status, "values": [], "chosen": [], "records": [], "best": None, "sigma": None}
+    the_cell = cell(base, grid, seeds, results_dir)
+    paths = [run.path(results_dir) for run in reruns(base, grid, seeds, results_dir)]
+    records = [results.read_result(path) for path in paths if path.exists()]
+    status = "done" if the_cell["status"] == "ok" else f"grid done, {len(the_cell['values'])}/{seeds} seeds"
+    return {**the_cell, "status": status, "records": records, "best": best}
+
+
+def train_until_done(wanted: Callable[[], Iterable[Experiment]], results_dir=results.RESULTS_DIR,
+                     **run_kwargs) -> dict:
+    """Run mode: train what ``wanted()`` lists, round after round, until nothing new can be trained.
+
+    A finished round can unlock more runs (the re-runs of a completed grid, a cell that waits for another's best
+    point), so ``wanted`` is called again after every round; a run that failed is not retried. ``run_kwargs`` go
+    to :func:`dpbook.sweep.run_all` (``jobs``, ``device``, ``data_root``, ``download``, ...). Prints one line per
+    round and the failures grouped by error; returns ``{"rounds": n, "failed": {path: error}}``.
+    """
+    failed, rounds = {}, 0
+    while True:
+        todo = {}
+        for run in wanted():
+            path = run.path(results_dir)
+            if not path.exists() and str(path) not in failed:
+                todo[path] = run
+        if not todo:
+            break
+        rounds += 1
+        summary = run_all(list(todo.values()), results_dir=results_dir, **run_kwargs)
+        failed.update(dict(summary["failed"]))
+        print(f"round {rounds}: {summary['done']} run(s) trained, {len(summary['failed'])} failed")
+        if summary["done"] == 0:
+            break
+    errors = {}
+    for path, error in failed.items():
+        errors.setdefault("\n".join(error.strip().splitlines()[-4:]), []).append(Path(path).name)
+    for error, names in errors.items():
+        print(f"FAILED ({len(names)} run(s), e.g. {names[0]}):\n{error}\n")
+    print(f"run mode: {rounds} round(s); {len(failed)} run(s) failed")
+    return {"rounds": rounds, "failed": failed}

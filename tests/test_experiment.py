@@ -192,6 +192,30 @@ def test_charged_cell_is_the_best_run_of_each_search(tmp_path):
     assert cell["sigma"] == plan_of(base.replace(G=3), 1437).sigma
 
 
+def test_train_until_done_trains_the_grid_then_the_reruns_it_unlocks(tmp_path, capsys):
+    base, grid = Experiment(method="dpsgd", protocol="none", **DIGITS), GRID[:2]
+    assert reproduce.summarise(base, grid, 2, tmp_path)["status"] == "not run yet"
+    assert reproduce.best_run(base, grid, tmp_path) is None
+    assert reproduce.cell_runs(base, grid, 2, tmp_path) == reproduce.search(base, grid)  # no re-runs yet
+    sweep.run_all(reproduce.search(base, grid)[:1], results_dir=tmp_path, progress=False)
+    assert reproduce.summarise(base, grid, 2, tmp_path)["status"] == "grid 1/2 done"
+    done = reproduce.train_until_done(lambda: reproduce.cell_runs(base, grid, 2, tmp_path), tmp_path, progress=False)
+    assert done == {"rounds": 2, "failed": {}}  # round 1: the rest of the grid; round 2: the best point's seeds
+    assert "round 2: 1 run(s) trained, 0 failed" in capsys.readouterr().out
+    best = reproduce.best_run(base, grid, tmp_path)
+    assert best == reproduce.best_of(reproduce.search(base, grid), tmp_path)[0]
+    summary = reproduce.summarise(base, grid, 2, tmp_path)
+    assert summary["status"] == "done" and summary["best"] == best and len(summary["records"]) == 2
+    assert summary["values"] == [r["final"]["test_accuracy"] for r in summary["records"]]
+
+
+def test_train_until_done_does_not_retry_a_failed_run(tmp_path, capsys):
+    bad = Experiment(method="dpsgd", hyperparameters={"C": -1.0}, **DIGITS)
+    done = reproduce.train_until_done(lambda: [bad], tmp_path, progress=False)
+    assert done["rounds"] == 1 and list(done["failed"]) == [str(bad.path(tmp_path))]
+    assert "FAILED (1 run(s), e.g. " in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Sweeps and results
 # ----------------------------------------------------------------------------------------------------------------
