@@ -31,7 +31,6 @@ from typing import Callable, Iterable, Mapping, Sequence
 import torch
 
 from dpbook import results
-from dpbook.data import load_digits
 from dpbook.experiment import TASKS, Experiment, load_task_data, plan_of
 from dpbook.methods import METHODS
 from dpbook.sweep import run_all
@@ -57,8 +56,6 @@ def training_size(exp: Experiment) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _loaded_size(dataset: str) -> torch.Tensor:
-    if dataset == "digits":
-        return load_digits().y_train
     return load_task_data(Experiment(study="size", dataset=dataset, model="digits_mlp", method="dpsgd")).y_train
 
 

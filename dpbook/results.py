@@ -188,10 +188,6 @@ def final_metric(record: Mapping, metric: str = "test_accuracy") -> float:
     return float(record["final"][metric])
 
 
-def epoch_metric(record: Mapping, metric: str = "test_accuracy") -> list[float]:
-    """The metric at the end of every epoch (``record["epochs"]`` holds one list per metric)."""
-    return [float(v) for v in record["epochs"][metric]]
-
 
 def compare(cells: Sequence[Mapping[str, Any]], *, reproduced: Callable[[Mapping], Sequence[float]],
             paper: Callable[[Mapping], Mapping | None], scale: float = 100.0) -> list[dict]:
