@@ -77,10 +77,22 @@ _PLANS: dict[tuple, TuningPlan] = {}
 def check_feasible(base: Experiment, grid: Sequence[Mapping], the_plan: TuningPlan) -> None:
     """Build and bind the method at the plan's noise for every grid point: a ValueError names the first
     constraint violated (e.g. DPDR's GDR steps alone overspend, or Andrew et al.'s 2 sigma_b <= sigma), so that a
-    sweep never plans a run that cannot start."""
+    sweep never plans a run that cannot start. Each (method, plan, point, B) is checked once per process: a
+    chapter asks for the same cell many times, and DPDR's check is a calibration."""
     for point in grid:
-        method = METHODS[base.method].from_plan(the_plan, **dict(point))
-        method.bind([torch.zeros(1)], expected_batch_size=base.batch_size)
+        key = (base.method, the_plan, tuple(sorted(dict(point).items())), base.batch_size)
+        if key not in _FEASIBLE:
+            try:
+                method = METHODS[base.method].from_plan(the_plan, **dict(point))
+                method.bind([torch.zeros(1)], expected_batch_size=base.batch_size)
+                _FEASIBLE[key] = None
+            except ValueError as err:
+                _FEASIBLE[key] = err
+        if _FEASIBLE[key] is not None:
+            raise ValueError(str(_FEASIBLE[key]))
+
+
+_FEASIBLE: dict[tuple, ValueError | None] = {}
 
 
 #: Grid keys that set a field of the run instead of a method hyperparameter (they do not change its noise).
