@@ -9,8 +9,17 @@
     >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), DPSGD(C=1.0, sigma=1.0),
     ...                   sample_rate=0.01, expected_batch_size=8, micro_batch_size=4)
     >>> info = opt.step(torch.randn(10, 4), torch.randint(0, 3, (10,)))
-    >>> info["nonprivate/batch_size"], opt.ledger.history
-    (10, [(1.0, 0.01, 1)])
+    >>> info, opt.ledger.history
+    ({'noise_multiplier': 1.0, 'C': 1.0}, [(1.0, 0.01, 1)])
+
+A step's info holds only what the privacy guarantee covers. Statistics of the raw batch (its realised size, the
+method's :meth:`~dpbook.methods.base.Method.nonprivate_diagnostics`) are for teaching only, on an explicit opt-in:
+
+    >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), DPSGD(C=1.0, sigma=1.0),
+    ...                   sample_rate=0.01, expected_batch_size=8, nonprivate_diagnostics=True)
+    >>> info = opt.step(torch.randn(10, 4), torch.randint(0, 3, (10,)))
+    >>> opt.nonprivate_info
+    {'nonprivate/batch_size': 10}
 """
 
 from __future__ import annotations
@@ -23,10 +32,20 @@ from torch import nn
 
 from dpbook import checks
 from dpbook.accounting import PrivacyLedger
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.methods.base import GaussianNoise, Method, MicroBatch, is_nonprivate
 from dpbook.models import check_no_batchnorm
 from dpbook.per_sample import PerSampleGradients, check_finite, flat_norms
 from dpbook.sampling import micro_batches
+
+
+def released_diagnostics(method: Method) -> dict[str, float]:
+    """``method.diagnostics()``, refused if a key names a non-private statistic (hygiene rule 8)."""
+    diagnostics = method.diagnostics()
+    leaked = [k for k in diagnostics if is_nonprivate(k)]
+    if leaked:
+        raise ValueError(f"{type(method).__name__}.diagnostics() returns the non-private key(s) {leaked}: it may "
+                         "hold only released quantities; move them to nonprivate_diagnostics()")
+    return diagnostics
 
 
 class DPOptimizer:
@@ -42,6 +61,9 @@ class DPOptimizer:
         micro_batch_size: physical micro-batch size (None: the logical batch at once). The result does not
             depend on it; peak memory does.
         noise_seed: seed of the noise generator (checkpointed with :meth:`state_dict`).
+        nonprivate_diagnostics: after every step, keep in ``nonprivate_info`` the step's statistics of the raw
+            batch (``"nonprivate/..."`` keys: its realised size and the method's non-private diagnostics). No DP
+            guarantee covers them: they are for teaching, never for logs or result files.
     """
 
     def __init__(
@@ -55,6 +77,7 @@ class DPOptimizer:
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = nn.functional.cross_entropy,
         micro_batch_size: int | None = None,
         noise_seed: int = 0,
+        nonprivate_diagnostics: bool = False,
     ):
         check_no_batchnorm(model)
         self.model, self.optimizer, self.method = model, optimizer, method
@@ -68,6 +91,8 @@ class DPOptimizer:
         device = self.params[0].device
         self.noise = GaussianNoise(noise_seed, device=device)
         self.ledger = PrivacyLedger()
+        self.nonprivate_diagnostics = nonprivate_diagnostics
+        self.nonprivate_info: dict | None = None  # the last step's, with nonprivate_diagnostics=True
         method.bind(self.params, expected_batch_size=self.B)
 
     def _check_optimizer_covers_params(self) -> None:
@@ -80,7 +105,10 @@ class DPOptimizer:
             )
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> dict:
-        """One private step on the logical batch ``(x, y)`` (a Poisson sample; it may be empty)."""
+        """One private step on the logical batch ``(x, y)`` (a Poisson sample; it may be empty).
+
+        Returns the step's info: the noise multiplier recorded and the method's (released) diagnostics.
+        """
         method = self.method
         acc = method.start(self.params)
         for sl in micro_batches(len(x), self.micro_batch_size):
@@ -95,7 +123,9 @@ class DPOptimizer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.ledger.record(sigma, self.q)
-        info = {"nonprivate/batch_size": len(x), "noise_multiplier": sigma, **method.diagnostics()}
+        info = {"noise_multiplier": sigma, **released_diagnostics(method)}
+        if self.nonprivate_diagnostics:
+            self.nonprivate_info = {"nonprivate/batch_size": len(x), **method.nonprivate_diagnostics()}
         method.advance()
         return info
 

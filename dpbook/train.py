@@ -13,11 +13,21 @@
     >>> last = log.epochs[-1]
     >>> last["epoch"], last["step"], 0 < last["epsilon"] < 10, 0 <= last["test_accuracy"] <= 1
     (1, 22, True, True)
+
+The log's rows hold only what the privacy guarantee covers (test-set metrics, epsilon spent, released diagnostics).
+Statistics of the private training data, the training-set loss and accuracy included, are an explicit opt-in, kept
+apart in ``log.nonprivate``, for teaching:
+
+    >>> trainer = Trainer(model, DPSGD(C=1.0, sigma=1.0), torch.optim.SGD(model.parameters(), lr=0.5), data,
+    ...                   expected_batch_size=64, epochs=1, delta=1e-5, seed=0, nonprivate_diagnostics=True)
+    >>> log = trainer.run()
+    >>> sorted(log.nonprivate.epochs[-1]), sorted(log.nonprivate.steps[-1])
+    (['epoch', 'nonprivate/train_accuracy', 'nonprivate/train_loss', 'step'], ['nonprivate/batch_size', 'step'])
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -28,19 +38,38 @@ from tqdm.std import tqdm
 from dpbook import checks
 from dpbook.io import atomic_torch_save
 from dpbook.methods.base import Method
-from dpbook.optim import DPOptimizer
+from dpbook.optim import DPOptimizer, released_diagnostics
 from dpbook.sampling import PoissonSampler
 
 
 @dataclass
-class TrainLog:
-    """Per-epoch metrics (loss, accuracy, epsilon spent, last diagnostics) and per-step diagnostics."""
+class LogRows:
+    """One section of a training log: a row per epoch and a row per step."""
 
     epochs: list[dict] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
 
     def column(self, key: str, per: str = "epochs") -> list:
         return [row[key] for row in getattr(self, per)]
+
+
+@dataclass
+class TrainLog(LogRows):
+    """A run's log. Its rows hold only what the privacy guarantee covers: per epoch the test loss and accuracy, the
+    epsilon spent and the method's (released) diagnostics; per step the noise multiplier and those diagnostics.
+
+    ``nonprivate`` (only with ``Trainer(..., nonprivate_diagnostics=True)``; else None) holds, apart, statistics of
+    the private training data, for teaching: per epoch the training-set loss and accuracy, per step the realised
+    batch size and the method's non-private diagnostics, all under ``"nonprivate/..."`` keys.
+    """
+
+    nonprivate: LogRows | None = None
+
+    @classmethod
+    def from_dict(cls, state: dict) -> "TrainLog":
+        """The log that :func:`dataclasses.asdict` turned into ``state`` (as checkpoints hold it)."""
+        nonprivate = state.get("nonprivate")
+        return cls(state["epochs"], state["steps"], None if nonprivate is None else LogRows(**nonprivate))
 
 
 @torch.no_grad()
@@ -68,12 +97,16 @@ class Trainer:
         checkpoint: a file path; when given, the run saves (atomically) every ``checkpoint_every`` steps and
             at each epoch end, and ``run`` resumes from it when it exists.
         progress: show a progress bar (None: only when the output is a terminal).
+        nonprivate_diagnostics: also log, in ``log.nonprivate`` and apart from the private rows, statistics of the
+            private training data (training-set loss and accuracy, realised batch sizes, the method's non-private
+            diagnostics). No DP guarantee covers them: for teaching only, never for result files.
     """
 
     def __init__(self, model: nn.Module, method: Method, optimizer: torch.optim.Optimizer, data, *,
                  expected_batch_size: float, epochs: int, delta: float, micro_batch_size: int | None = None,
                  seed: int = 0, accountant: str = "rdp", checkpoint: str | Path | None = None,
-                 checkpoint_every: int = 50, progress: bool | None = None, device: str | torch.device = "cpu"):
+                 checkpoint_every: int = 50, progress: bool | None = None, device: str | torch.device = "cpu",
+                 nonprivate_diagnostics: bool = False):
         self.x_train, self.y_train, self.x_test, self.y_test = (t.to(device) for t in data)
         self.model = model
         self.epochs = checks.integer("epochs", epochs)
@@ -84,12 +117,12 @@ class Trainer:
         self.T = self.epochs * self.steps_per_epoch
         self.engine = DPOptimizer(model, optimizer, method, sample_rate=self.sampler.q,
                                   expected_batch_size=expected_batch_size, micro_batch_size=micro_batch_size,
-                                  noise_seed=seed + 1_000_003)
+                                  noise_seed=seed + 1_000_003, nonprivate_diagnostics=nonprivate_diagnostics)
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.checkpoint_every = checks.integer("checkpoint_every", checkpoint_every)
         self.progress = progress
         self.step = 0
-        self.log = TrainLog()
+        self.log = TrainLog(nonprivate=LogRows() if nonprivate_diagnostics else None)
         torch.manual_seed(seed)  # dropout masks and any other global randomness
 
     def run(self, *, max_steps: int | None = None,
@@ -109,6 +142,8 @@ class Trainer:
             info = self.engine.step(self.x_train[idx], self.y_train[idx])
             self.step += 1
             self.log.steps.append({"step": self.step, **info})
+            if self.log.nonprivate is not None:
+                self.log.nonprivate.steps.append({"step": self.step, **self.engine.nonprivate_info})
             if on_step is not None:
                 on_step(self, self.log.steps[-1])
             bar.update(1)
@@ -122,15 +157,17 @@ class Trainer:
         return self.log
 
     def _end_epoch(self) -> None:
-        train = evaluate(self.model, self.x_train, self.y_train)
+        at = {"epoch": self.step // self.steps_per_epoch, "step": self.step}
         test = evaluate(self.model, self.x_test, self.y_test)
         self.log.epochs.append({
-            "epoch": self.step // self.steps_per_epoch, "step": self.step,
-            "train_loss": train["loss"], "train_accuracy": train["accuracy"],
-            "test_loss": test["loss"], "test_accuracy": test["accuracy"],
+            **at, "test_loss": test["loss"], "test_accuracy": test["accuracy"],
             "epsilon": self.engine.epsilon(self.delta, self.accountant),
-            **self.engine.method.diagnostics(),
+            **released_diagnostics(self.engine.method),
         })
+        if self.log.nonprivate is not None:
+            train = evaluate(self.model, self.x_train, self.y_train)
+            self.log.nonprivate.epochs.append(
+                {**at, "nonprivate/train_loss": train["loss"], "nonprivate/train_accuracy": train["accuracy"]})
         if self.checkpoint is not None:
             self.save(self.checkpoint)
 
@@ -139,7 +176,7 @@ class Trainer:
             "step": self.step, "model": self.model.state_dict(), "engine": self.engine.state_dict(),
             "sampler": self.sampler.state_dict(), "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "log": {"epochs": self.log.epochs, "steps": self.log.steps},
+            "log": asdict(self.log),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -150,7 +187,11 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         if state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-        self.log = TrainLog(**state["log"])
+        log = TrainLog.from_dict(state["log"])
+        if (log.nonprivate is None) != (self.log.nonprivate is None):
+            raise ValueError(f"the checkpoint's log {'lacks' if log.nonprivate is None else 'holds'} non-private "
+                             "diagnostics: resume with the nonprivate_diagnostics setting it was written with")
+        self.log = log
 
     def save(self, path: str | Path) -> None:
         atomic_torch_save(self.state_dict(), path)

@@ -70,7 +70,7 @@ def test_fraction_is_normalised_by_the_expected_batch_size():
     """4 examples, all unclipped, expected B = 8: b~ = (4 - 4/2)/8 + 1/2 = 0.75, not the realised 4/4 = 1."""
     method = AdaClip(sigma=1.0, p=0.5, C_0=10.0, sigma_b=1.0)
     info = drive(method, [np.ones(4)], expected_batch_size=B)[0]
-    assert info["unclipped_fraction"] == 0.75 and info["nonprivate/unclipped_count"] == 4.0
+    assert info["unclipped_fraction"] == 0.75 and method.nonprivate_diagnostics() == {"nonprivate/unclipped_count": 4.0}
     assert info["C_next"] == pytest.approx(10.0 * math.exp(-0.2 * (0.75 - 0.5)))
     assert unclipped_fraction(100.0, 8.0) == 1.0 and unclipped_fraction(-100.0, 8.0) == 0.0  # clamped to [0, 1]
     assert geometric_update(2.0, 0.5, 0.5, 0.3) == 2.0

@@ -236,8 +236,10 @@ def run_engine(method, steps, sizes=None, q=0.1, seed=0, dtype=torch.float32, op
     model = tiny_cnn(dtype=dtype)
     optimizer = OPTIMIZERS[opt](model.parameters())
     engine = DPOptimizer(model, optimizer, method, sample_rate=q, expected_batch_size=B,
-                         micro_batch_size=micro_batch_size, noise_seed=seed)
-    infos = [engine.step(*batch(n, seed=k, dtype=dtype)) for k, n in enumerate(sizes or [6] * steps)]
+                         micro_batch_size=micro_batch_size, noise_seed=seed, nonprivate_diagnostics=True)
+    infos = []
+    for k, n in enumerate(sizes or [6] * steps):  # released info and the raw-batch statistics, for the assertions
+        infos.append({**engine.step(*batch(n, seed=k, dtype=dtype)), **engine.nonprivate_info})
     return model, engine, infos
 
 

@@ -181,7 +181,7 @@ def test_lstm_trains_privately_on_names(tmp_path):
     log = trainer.run()
     assert trainer.step == trainer.T == 4
     row = log.epochs[-1]
-    assert 0 < row["epsilon"] < float("inf") and torch.isfinite(torch.tensor(row["train_loss"]))
+    assert 0 < row["epsilon"] < float("inf") and torch.isfinite(torch.tensor(row["test_loss"]))
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 

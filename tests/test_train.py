@@ -1,4 +1,5 @@
-"""The training loop: interrupt and resume equals an uninterrupted run; the log and atomic checkpoints."""
+"""The training loop: interrupt and resume equals an uninterrupted run; the log, its non-private section and atomic
+checkpoints."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from dpbook.data import load_digits
 from dpbook.methods import DPSGD
+from dpbook.methods.base import is_nonprivate
 from dpbook.models import digits_cnn
 from dpbook.train import Trainer
 
@@ -16,14 +18,15 @@ OPTIMIZERS = {
 }
 
 
-def make_trainer(opt: str, checkpoint=None, seed: int = 0, dropout: bool = False) -> Trainer:
+def make_trainer(opt: str, checkpoint=None, seed: int = 0, dropout: bool = False,
+                 nonprivate_diagnostics: bool = False) -> Trainer:
     torch.manual_seed(123)
     model = digits_cnn()
     if dropout:  # exercises the global RNG (dropout masks) across the checkpoint
         model = torch.nn.Sequential(torch.nn.Dropout(0.1), model)
     return Trainer(model, DPSGD(C=1.0, sigma=1.2), OPTIMIZERS[opt](model.parameters()), load_digits(),
                    expected_batch_size=256, epochs=2, delta=1e-5, seed=seed, checkpoint=checkpoint,
-                   checkpoint_every=3)
+                   checkpoint_every=3, nonprivate_diagnostics=nonprivate_diagnostics)
 
 
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
@@ -53,6 +56,24 @@ def test_log_has_metrics_epsilon_and_diagnostics():
     assert all(0 <= row["test_accuracy"] <= 1 for row in log.epochs)
     assert log.epochs[-1]["C"] == 1.0
     assert len(log.steps) == trainer.T and all(row["noise_multiplier"] == 1.2 for row in log.steps)
+    assert log.nonprivate is None and not any(is_nonprivate(k) for row in log.epochs + log.steps for k in row)
+
+
+def test_nonprivate_section_is_resumed_with_the_run(tmp_path):
+    full_log = make_trainer("adam", nonprivate_diagnostics=True).run()
+    ckpt = tmp_path / "run.pt"
+    make_trainer("adam", checkpoint=ckpt, nonprivate_diagnostics=True).run(max_steps=5)
+    resumed_log = make_trainer("adam", checkpoint=ckpt, nonprivate_diagnostics=True).run()
+    assert resumed_log == full_log and len(full_log.nonprivate.steps) == len(full_log.steps)
+    assert [row["nonprivate/batch_size"] for row in full_log.nonprivate.steps[:3]] != [256] * 3  # realised sizes
+
+
+@pytest.mark.parametrize("written_with", [True, False])
+def test_resuming_with_the_other_nonprivate_setting_is_refused(tmp_path, written_with):
+    ckpt = tmp_path / "run.pt"
+    make_trainer("adam", checkpoint=ckpt, nonprivate_diagnostics=written_with).run(max_steps=2)
+    with pytest.raises(ValueError, match="nonprivate_diagnostics setting"):
+        make_trainer("adam", checkpoint=ckpt, nonprivate_diagnostics=not written_with).run()
 
 
 def test_checkpoint_is_written_atomically(tmp_path):

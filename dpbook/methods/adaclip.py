@@ -135,8 +135,8 @@ class AdaClip(ScaledSum):
         b = unclipped_fraction(noisy_centred, self.B)
         self._next = geometric_update(self.C, b, self.p, self.eta_C)
         self.last_fraction = b
-        self._step_info = {"C_next": self._next, "unclipped_fraction": b,
-                           "nonprivate/unclipped_count": float(unclipped)}
+        self._step_info = {"C_next": self._next, "unclipped_fraction": b}
+        self._nonprivate = {"nonprivate/unclipped_count": float(unclipped)}
         return noisy_sum
 
     def advance(self) -> None:
@@ -159,7 +159,7 @@ class AdaClip(ScaledSum):
 
     def diagnostics(self) -> dict[str, float]:
         """``C`` (during a step: the one it used), the last released unclipped fraction, and during a step
-        ``C_next`` and the non-private count of unclipped examples."""
+        ``C_next``; :meth:`nonprivate_diagnostics` gives the exact (non-private) count of unclipped examples."""
         out = {"C": self.C}
         if self.last_fraction is not None:
             out["unclipped_fraction"] = self.last_fraction

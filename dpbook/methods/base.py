@@ -12,9 +12,16 @@ and every method declares
     noise_std()         the standard deviation of the Gaussian noise it actually adds to that sum,
     noise_multiplier()  the multiplier the accountant must see for this step, kept apart from the noise added
                         (DC-SGD adds sigma_T * C but is accounted at sigma; DPDR is accounted at sigma_eff),
-    state_dict()        its state as tensors (thresholds, ranges, bases, momentum), and
-    diagnostics()       numbers for plots; keys starting with "nonprivate/" are computed from raw data and are
-                        for analysis only: they are not part of the private release.
+    state_dict()        its state as tensors (thresholds, ranges, bases, momentum),
+    diagnostics()       numbers for plots and logs that the privacy guarantee covers: released quantities
+                        (thresholds, ranges, noisy counts, norms of the noisy release), anything computed only
+                        from them, and public configuration. The engine logs them at every step, and
+    nonprivate_diagnostics()
+                        statistics of the raw batch, for teaching only (batch means of per-example norms,
+                        fractions clipped, exact counts): no release covers them. Their keys start with
+                        ``"nonprivate/"`` (:func:`is_nonprivate`); the engine reports them only on an explicit
+                        opt-in (``DPOptimizer(..., nonprivate_diagnostics=True)``, ``Trainer(...)`` alike), in a
+                        section of the log of their own, and result files refuse them (DESIGN.md, hygiene rule 8).
 
 Privacy hygiene (DESIGN.md) the interface enforces: the noise is drawn from the engine's generator and never
 scaled by data; anything that changes over training is updated in ``release``/``advance`` from released noisy
@@ -33,6 +40,24 @@ from dpbook.per_sample import Grads, weighted_sum
 
 if TYPE_CHECKING:
     from dpbook.tuning import TuningPlan
+
+NONPRIVATE_PREFIX = "nonprivate/"
+"""The prefix of every key that names a statistic of the private data not covered by the guarantee."""
+
+TRAINING_SET_METRICS = ("train_loss", "train_accuracy")
+"""The names logs and result files used to give the training-set metrics, before they moved behind the opt-in."""
+
+
+def is_nonprivate(key: str) -> bool:
+    """Does ``key`` name a statistic of the private data that no DP release covers?
+
+    ``"nonprivate/..."`` keys, and the training-set metrics under their old names, are; released quantities,
+    test-set metrics and public configuration are not.
+
+        >>> [is_nonprivate(k) for k in ("nonprivate/norm", "train_loss", "test_loss", "C_next", "train_size")]
+        [True, True, False, False, False]
+    """
+    return key.startswith(NONPRIVATE_PREFIX) or key in TRAINING_SET_METRICS
 
 
 @dataclass
@@ -78,6 +103,7 @@ class Method(abc.ABC):
         self.t = 0  # index of the coming step, 0-based
         self.d = 0  # number of trainable parameters (set by bind)
         self.B = 0.0  # expected batch size (set by bind)
+        self._nonprivate: dict[str, float] = {}  # raw-batch statistics of the last release, filled by release
 
     @classmethod
     def from_plan(cls, plan: TuningPlan, **hyperparameters) -> "Method":
@@ -139,7 +165,16 @@ class Method(abc.ABC):
         self.t = int(state["t"])
 
     def diagnostics(self) -> dict[str, float]:
+        """Released quantities and public numbers only (read by the engine after each release, before ``advance``)."""
         return {}
+
+    def nonprivate_diagnostics(self) -> dict[str, float]:
+        """``"nonprivate/..."`` statistics of the last release's raw batch, for teaching only (no DP guarantee).
+
+        A method records them in ``self._nonprivate`` when it releases; only these keys may start with
+        ``"nonprivate/"``.
+        """
+        return dict(self._nonprivate)
 
 
 class ScaledSum(Method):

@@ -329,8 +329,8 @@ class DCSGD(ScaledSum):
         C_next, R_next = max(C_next, self.min_threshold), max(R_next, self.min_threshold)
         self.last_release = {"H": H, "C": self.C, "R": self.R}
         self._next = (C_next, R_next)
-        self._step_info = {"C_next": C_next, "R_next": R_next, **info,
-                           "nonprivate/unclipped_count": float(acc["unclipped"])}
+        self._step_info = {"C_next": C_next, "R_next": R_next, **info}
+        self._nonprivate = {"nonprivate/unclipped_count": float(acc["unclipped"])}
         return noisy_sum
 
     def advance(self) -> None:
@@ -359,8 +359,8 @@ class DCSGD(ScaledSum):
 
     def diagnostics(self) -> dict[str, float]:
         """``C`` and ``R`` (during a step: the ones used by it), the last noisy histogram's total ``S'`` and
-        overflow count (public), and during a step ``C_next``, ``R_next``, the rule's own numbers and the
-        non-private count of unclipped examples."""
+        overflow count (public), and during a step ``C_next``, ``R_next`` and the rule's own numbers;
+        :meth:`nonprivate_diagnostics` gives the exact (non-private) count of unclipped examples."""
         out = {"C": self.C, "R": self.R, "sigma_T": self.sigma_T}
         if self.last_release is not None:
             H = self.last_release["H"]

@@ -109,6 +109,8 @@ class _DifferenceMethod(Method):
         self._diagnostics = {
             "restart": float(restart),
             "released_norm": float(torch.sqrt(sum(v.pow(2).sum() for v in self.previous))),
+        }
+        self._nonprivate = {
             "nonprivate/norm": mean(acc["norm"]),
             "nonprivate/clipped_fraction": mean(acc["clipped"]),
             **({} if restart else {"nonprivate/difference_norm": mean(acc["difference"])}),
@@ -116,8 +118,11 @@ class _DifferenceMethod(Method):
         return released
 
     def diagnostics(self) -> dict[str, float]:
-        """Of the last step: ``restart`` (1.0 on DP-SGD steps), ``released_norm`` (private), and, from raw data, the
-        batch means of ``||g_i||`` and of the (unclipped) difference's norm, and the fraction of clipped examples."""
+        """The bounds, and of the last step ``restart`` (1.0 on DP-SGD steps) and ``released_norm``.
+
+        :meth:`nonprivate_diagnostics` gives, of the last step's raw batch (not private), the means of ``||g_i||``
+        and of the (unclipped) difference's norm, and the fraction of examples clipped.
+        """
         return {"C_d": self.C_d, "C_g": self.C_g, **self._diagnostics}
 
     def state_dict(self) -> dict:

@@ -321,18 +321,20 @@ class DPDR(Method):
         n = acc["n"]
         mean = (lambda total: float(total) / n) if n else (lambda total: math.nan)
         gdr = self.is_gdr_step()
-        out = {"gdr": float(gdr), "released_norm": float(torch.sqrt(sum(g.pow(2).sum() for g in released))) / self.B,
-               "nonprivate/norm": mean(acc["norm"]), "nonprivate/clipped_fraction": mean(acc["clipped"])}
+        self._diagnostics = {"gdr": float(gdr),
+                             "released_norm": float(torch.sqrt(sum(g.pow(2).sum() for g in released))) / self.B}
+        self._nonprivate = {"nonprivate/norm": mean(acc["norm"]), "nonprivate/clipped_fraction": mean(acc["clipped"])}
         if gdr:
-            out.update({"nonprivate/orthogonal_norm": mean(acc["orthogonal"]),
-                        "nonprivate/difference_norm": mean(acc["difference"]),
-                        "nonprivate/clipped_fraction_alpha": mean(acc["clipped_alpha"])})
-        self._diagnostics = out
+            self._nonprivate.update({"nonprivate/orthogonal_norm": mean(acc["orthogonal"]),
+                                     "nonprivate/difference_norm": mean(acc["difference"]),
+                                     "nonprivate/clipped_fraction_alpha": mean(acc["clipped_alpha"])})
 
     def diagnostics(self) -> dict[str, float]:
-        """Of the last step: ``gdr`` (1.0 on GDR steps), ``released_norm`` (``||g~|| / B``, private), and, from raw
-        data (``nonprivate/``, for analysis only), the batch means of ``||g_i||``, ``||p_i||`` and of the DIFF
-        residual ``||g_i - g~_{t-1}||``, and the fractions of clipped examples."""
+        """The bounds, and of the last step ``gdr`` (1.0 on GDR steps) and ``released_norm`` (``||g~|| / B``).
+
+        :meth:`nonprivate_diagnostics` gives, of the last step's raw batch (not private), the means of ``||g_i||``,
+        ``||p_i||`` and of the DIFF residual ``||g_i - g~_{t-1}||``, and the fractions of examples clipped.
+        """
         return {"C_perp": self.C_perp, "C_alpha": self.C_alpha, "C_g": self.C_g, **self._diagnostics}
 
 
