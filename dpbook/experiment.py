@@ -12,7 +12,9 @@ protocol that charges the search the run belongs to (``"none"``, ``"rdp"`` or ``
    :meth:`Method.from_plan <dpbook.methods.base.Method.from_plan>` (DPDR calibrates sigma_g for its history),
 4. trains with :class:`dpbook.train.Trainer` (checkpointed, so an interrupted run resumes where it stopped),
 5. checks with the accountant that the run spent no more than the plan charges it, and
-6. writes one result file atomically (:mod:`dpbook.results`), which later calls find and reuse.
+6. writes one result file atomically (:mod:`dpbook.results`), which later calls find and reuse. It holds only what
+   the privacy guarantee covers (DESIGN.md, hygiene rule 8): test-set metrics, epsilon spent, released diagnostics
+   and the public configuration. The run never asks for non-private diagnostics (the Trainer's opt-in stays off).
 
 The same function serves a CPU smoke test, a book page and a full GPU reproduction; only the parameters differ.
 
@@ -325,8 +327,12 @@ def _epoch_columns(rows: list[Mapping[str, Any]]) -> dict[str, list]:
 
 
 def _epoch_row(row: Mapping[str, Any]) -> dict:
-    """The per-epoch metrics kept in a result file (floats rounded to 6 significant digits)."""
-    keep = ("epoch", "step", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epsilon")
+    """The per-epoch metrics kept in a result file (floats rounded to 6 significant digits).
+
+    ``row`` is a private row of the log (:class:`dpbook.train.TrainLog`): test-set metrics, epsilon spent and
+    released diagnostics; :func:`dpbook.results.write_result` refuses anything else.
+    """
+    keep = ("epoch", "step", "test_loss", "test_accuracy", "epsilon")
     return {k: _round(row[k]) for k in keep if k in row} | {
         k: _round(v) for k, v in row.items() if k not in keep and isinstance(v, (int, float))}
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from dpbook.io import atomic_write_json
+from dpbook.methods.base import is_nonprivate
 
 #: The repository root (results and paper tables are found relative to it, whatever the working directory).
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -93,8 +94,32 @@ def provenance(device: torch.device | str) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 
 def write_result(record: Mapping[str, Any], path: str | Path) -> Path:
-    """Write one run's record atomically as one compact JSON line (see :func:`dpbook.io.atomic_write_json`)."""
+    """Write one run's record atomically as one compact JSON line (see :func:`dpbook.io.atomic_write_json`).
+
+    A record holding a non-private statistic (:func:`nonprivate_keys`) is refused: result files hold only what the
+    privacy guarantee covers (DESIGN.md, hygiene rule 8).
+    """
+    leaked = nonprivate_keys(record)
+    if leaked:
+        raise ValueError(f"refusing to write {path}: the record holds the non-private statistic(s) {leaked[:5]}, "
+                         f"which no DP guarantee covers; record only test-set metrics, released quantities and "
+                         f"public configuration (a Trainer without nonprivate_diagnostics=True logs nothing else)")
     return atomic_write_json({"schema": SCHEMA_VERSION, **record}, path, indent=None)
+
+
+def nonprivate_keys(record: Any, where: str = "") -> list[str]:
+    """Where ``record`` (nested dicts and lists) has a key naming a non-private statistic
+    (:func:`dpbook.methods.base.is_nonprivate`: training-set metrics, ``"nonprivate/..."`` keys).
+
+    >>> nonprivate_keys({"final": {"test_accuracy": 0.9, "train_loss": 0.1}, "epochs": {"nonprivate/norm": [1.0]}})
+    ['final.train_loss', 'epochs.nonprivate/norm']
+    """
+    if isinstance(record, Mapping):
+        found = [f"{where}{k}" for k in record if is_nonprivate(str(k))]
+        return found + [hit for k, v in record.items() for hit in nonprivate_keys(v, f"{where}{k}.")]
+    if isinstance(record, (list, tuple)):
+        return [hit for v in record for hit in nonprivate_keys(v, where)]
+    return []
 
 
 def read_result(path: str | Path) -> dict:

@@ -1,0 +1,121 @@
+"""Hygiene rule 8: step infos, log rows and result files hold only what the privacy guarantee covers; statistics of
+the private data are an explicit opt-in, logged apart under "nonprivate/" keys, and never written into results."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from dpbook import results
+from dpbook.experiment import Experiment, build_task_model, load_task_data, make_optimizer, plan_of, run_experiment
+from dpbook.methods import DPSGD, METHODS
+from dpbook.methods.base import is_nonprivate
+from dpbook.optim import DPOptimizer
+from dpbook.train import Trainer
+from tests.test_experiment import HYPERPARAMETERS
+
+SMOKE = dict(study="hygiene", dataset="digits", model="digits_mlp", epochs=1, batch_size=16, lr=0.1, smoke=True)
+
+#: The raw-batch statistics a method reports on the opt-in, besides the realised batch size every step reports.
+RAW_BATCH_KEYS = {
+    "dpdr": {"nonprivate/norm", "nonprivate/clipped_fraction", "nonprivate/orthogonal_norm",
+             "nonprivate/difference_norm", "nonprivate/clipped_fraction_alpha"},
+    "diff": {"nonprivate/norm", "nonprivate/clipped_fraction", "nonprivate/difference_norm"},
+    "diff2": {"nonprivate/norm", "nonprivate/clipped_fraction", "nonprivate/difference_norm"},
+    "adaclip": {"nonprivate/unclipped_count"},
+    "dcsgd-p": {"nonprivate/unclipped_count"},
+    "dcsgd-e": {"nonprivate/unclipped_count"},
+}
+
+
+def smoke_experiment(name: str) -> Experiment:
+    return Experiment(method=name, hyperparameters=HYPERPARAMETERS[name], **SMOKE)
+
+
+def smoke_trainer(name: str, **options) -> Trainer:
+    """The Trainer run_experiment builds for the method's smoke experiment (6 steps on generated digits)."""
+    exp = smoke_experiment(name)
+    splits = load_task_data(exp)
+    plan = plan_of(exp, len(splits.x_train))
+    torch.manual_seed(exp.seed)
+    model = build_task_model(exp)
+    return Trainer(model, METHODS[name].from_plan(plan, **exp.hyperparameters),
+                   make_optimizer(exp.optimizer, model.parameters(), exp.lr), splits,
+                   expected_batch_size=exp.batch_size, epochs=exp.epochs, delta=plan.per_run_delta, seed=exp.seed,
+                   progress=False, **options)
+
+
+def nonprivate_in(rows: list[dict]) -> set[str]:
+    return {k for row in rows for k in row if is_nonprivate(k)}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_by_default_no_step_info_epoch_row_or_result_holds_a_nonprivate_key(tmp_path, name):
+    trainer = smoke_trainer(name)
+    log = trainer.run()
+    assert len(log.steps) == trainer.T and log.epochs
+    assert nonprivate_in(log.steps) == set() and nonprivate_in(log.epochs) == set()
+    assert log.nonprivate is None and trainer.engine.nonprivate_info is None
+    record = run_experiment(smoke_experiment(name), results_dir=tmp_path, progress=False)
+    assert results.nonprivate_keys(record) == [] and "test_loss" in record["final"]
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_opt_in_logs_nonprivate_diagnostics_apart_and_changes_nothing_private(name):
+    default = smoke_trainer(name).run()
+    log = smoke_trainer(name, nonprivate_diagnostics=True).run()
+    assert log.epochs == default.epochs and log.steps == default.steps  # the same run; nothing mixed into its rows
+    section = log.nonprivate
+    assert [row["step"] for row in section.steps] == [row["step"] for row in log.steps]
+    assert [row["epoch"] for row in section.epochs] == [row["epoch"] for row in log.epochs]
+    for row in section.steps + section.epochs:
+        assert set(row) - {"epoch", "step"} == nonprivate_in([row]), row  # every statistic is labelled
+    assert {"nonprivate/train_loss", "nonprivate/train_accuracy"} <= set(section.epochs[-1])
+    assert {"nonprivate/batch_size", *RAW_BATCH_KEYS.get(name, ())} <= nonprivate_in(section.steps)
+
+
+@pytest.mark.parametrize("record, key", [
+    ({"final": {"test_accuracy": 0.9, "train_accuracy": 0.95}}, "final.train_accuracy"),
+    ({"epochs": {"epoch": [1], "train_loss": [0.3]}}, "epochs.train_loss"),
+    ({"epochs": {"nonprivate/norm": [1.0]}}, "epochs.nonprivate/norm"),
+    ({"runs": [{"nonprivate/batch_size": 10}]}, "runs.nonprivate/batch_size"),
+])
+def test_results_writer_refuses_a_nonprivate_statistic(tmp_path, record, key):
+    path = tmp_path / "r.json"
+    with pytest.raises(ValueError, match=re.escape(repr(key))) as refused:
+        results.write_result(record, path)
+    assert "nonprivate_diagnostics" in str(refused.value) and not path.exists()
+
+
+class LeakyDPSGD(DPSGD):
+    """A method that reports a raw-batch statistic among its released diagnostics."""
+
+    def diagnostics(self) -> dict[str, float]:
+        return {**super().diagnostics(), "nonprivate/norm": 1.0}
+
+
+def test_engine_refuses_a_nonprivate_key_among_released_diagnostics():
+    model = torch.nn.Linear(4, 3)
+    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), LeakyDPSGD(C=1.0, sigma=1.0),
+                         sample_rate=0.1, expected_batch_size=4)
+    with pytest.raises(ValueError, match=r"LeakyDPSGD.*'nonprivate/norm'.*nonprivate_diagnostics\(\)"):
+        engine.step(torch.randn(4, 4), torch.randint(0, 3, (4,)))
+
+
+def test_committed_results_hold_no_nonprivate_statistic():
+    """No file under data/results/ holds a training-set metric or a "nonprivate/" statistic (hygiene rule 8).
+
+    Files written before the opt-in existed hold them: this fails until they are regenerated with the current code.
+    """
+    offenders = {}
+    for path in sorted(results.RESULTS_DIR.rglob("*.json")):
+        keys = sorted(set(results.nonprivate_keys(results.read_result(path))))
+        if keys:
+            offenders[str(path.relative_to(results.REPO_ROOT))] = keys
+    examples = "; ".join(f"{path}: {keys}" for path, keys in list(offenders.items())[:3])
+    assert not offenders, (f"{len(offenders)} committed result file(s) hold non-private statistics, e.g. {examples}; "
+                           "regenerate them with the current code, which never records them (remove them first: "
+                           "runs whose file exists are skipped; `python -m dpbook.sweep digits --jobs 2` for the "
+                           "digits benchmark)")
