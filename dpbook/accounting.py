@@ -6,15 +6,20 @@ gets Gaussian noise of standard deviation ``sigma`` (the noise multiplier). Afte
 (epsilon, delta)-DP. Two accountants turn ``(sigma, q, T, delta)`` into epsilon, both from Opacus:
 
 - ``"rdp"``: Renyi DP of the subsampled Gaussian (Mironov, Talwar & Zhang 2019, Sec. 3.3), summed over steps,
-  converted to (epsilon, delta) with Balle et al. 2020, Thm. 21, minimised over Opacus's grid of orders
-  alpha in {1.1, 1.2, ..., 10.9, 12, ..., 63}. This is what most papers report (DC-SGD and DPDR use it).
+  converted to (epsilon, delta) with Balle et al. 2020, Thm. 21, minimised over the orders alpha. The grid starts
+  as Opacus's {1.1, 1.2, ..., 10.9, 12, ..., 63} and grows (up to alpha = 65,536, down to 1.01) until the best
+  order is interior (:func:`rdp_optimum`): at small delta (a tuning protocol's 1e-17) or large noise the best order
+  is far above 63, where Opacus's grid gives a loose bound. Where Opacus's grid holds the optimum the answer is
+  Opacus's, digit for digit. An optimum at the grown grid's end is refused with an error, never hidden. This is
+  what most papers report (DC-SGD and DPDR use it).
 - ``"prv"``: numerical composition of privacy loss random variables (Gopi, Lee & Wutschitz 2021). Tighter; it
   returns Opacus's upper estimate, about ``eps_error = 0.01`` above the point estimate.
 
 Google's independent ``dp_accounting`` agrees (``tests/test_accounting.py``): its PLD accountant sits about 0.01
 below our PRV; its RDP accountant agrees with ours to ~1e-13 where the best order is an integer and is up to ~0.4%
 higher where it is fractional, because it bounds the series for A_alpha by its absolute values where Opacus sums
-it exactly.
+it exactly. Noise calibrated here agrees with a calibration under Google's RDP accountant (wide order list) to 1 %
+on the DC-SGD paper's settings, tuning protocols included.
 
 A history is a list of segments ``(noise_multiplier, sample_rate, steps)``, the format Opacus accountants
 keep in their ``history`` attribute; heterogeneous histories (e.g. DPDR's schedule) compose exactly.
@@ -34,12 +39,14 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.analysis import rdp as rdp_analysis
+from opacus.accountants.analysis.prv.domain import Domain
+from scipy import special
 
 from dpbook import checks
 
@@ -102,42 +109,162 @@ def check_segment(segment, index: int) -> Segment:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Epsilon
+# RDP orders: Opacus's grid, extended until the optimal order is interior (hygiene rule 9)
 # --------------------------------------------------------------------------------------------------------------
+# The RDP -> (epsilon, delta) conversion is a minimum over orders alpha, and it is only as tight as the orders it
+# sees. Opacus's grid stops at alpha = 63; at small delta (tuning protocols reach 1e-17) or large noise the best
+# order lies far above it, and the minimum over Opacus's grid is then a loose, edge-of-grid bound. Here the grid
+# starts as Opacus's (so every answer whose optimum Opacus's grid contains is Opacus's, digit for digit) and grows
+# chunk by chunk, below and above, while the minimiser sits on its edge.
 
-@functools.lru_cache(maxsize=4096)
-def _rdp_of_one_step(sigma: float, q: float) -> np.ndarray:
-    """The RDP curve of one subsampled Gaussian step over Opacus's orders (cached: a training log asks for the
-    epsilon of the same few (sigma, q) segments at every epoch)."""
-    rdp = rdp_analysis.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS)
+#: Opacus's orders, always evaluated first: 1.1, 1.2, ..., 10.9, 12, 13, ..., 63.
+OPACUS_ORDERS: tuple[float, ...] = tuple(RDPAccountant.DEFAULT_ALPHAS)
+#: Orders added below Opacus's when its smallest (1.1) is the best: 1.01, ..., 1.09.
+LOW_ORDERS: tuple[float, ...] = tuple(1 + k / 100 for k in range(1, 10))
+#: Chunks of integer orders added above, one at a time while the largest order so far is the best: every integer
+#: from 64 to 256, then about 1 % apart up to :data:`MAX_ORDER`.
+HIGH_ORDER_CHUNKS: tuple[tuple[int, ...], ...] = (
+    tuple(range(64, 257)),
+    *(tuple(sorted({int(round(a)) for a in np.geomspace(lo + 1, 4 * lo, 140)}))
+      for lo in (256, 1024, 4096, 16384)),
+)
+#: The largest order evaluated. An optimum there means epsilon < log(1/delta)/MAX_ORDER: the accountant refuses.
+MAX_ORDER: int = HIGH_ORDER_CHUNKS[-1][-1]
+
+
+def _log_a_int(q: float, sigma: float, alpha: int) -> float:
+    r"""log A_alpha of the Poisson-subsampled Gaussian at an integer order (Mironov, Talwar & Zhang 2019, Sec. 3.3):
+    A_alpha = sum_{i=0}^{alpha} C(alpha, i) q^i (1-q)^(alpha-i) exp((i^2 - i) / (2 sigma^2)), summed in log space
+    (Opacus's loop over i overflows its binomial coefficient above alpha ~ 1030)."""
+    i = np.arange(alpha + 1, dtype=np.float64)
+    log_binom = special.gammaln(alpha + 1) - special.gammaln(i + 1) - special.gammaln(alpha - i + 1)
+    terms = log_binom + i * math.log(q) + (alpha - i) * math.log1p(-q) + (i * i - i) / (2 * sigma ** 2)
+    return float(special.logsumexp(terms))
+
+
+@functools.lru_cache(maxsize=8192)
+def _rdp_of_one_step(sigma: float, q: float, orders: tuple[float, ...]) -> np.ndarray:
+    """The RDP curve of one subsampled Gaussian step at ``orders`` (cached: a log asks for the same few (sigma, q)
+    segments at every epoch, and a calibration for the same chunks at every probe). Opacus's own function for its
+    grid and the fractional low orders; :func:`_log_a_int` for the high integer chunks."""
+    if orders[0] < 64:
+        rdp = rdp_analysis.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=list(orders))
+    elif q == 1:
+        rdp = np.array(orders, dtype=np.float64) / (2 * sigma ** 2)  # no subsampling: alpha / (2 sigma^2)
+    else:
+        rdp = np.array([_log_a_int(q, sigma, a) / (a - 1) for a in orders])
     rdp.flags.writeable = False
     return rdp
 
 
-def _rdp_epsilon(history: list[Segment], delta: float) -> float:
-    """Exactly ``RDPAccountant.get_epsilon`` (the same orders, products and sum), with the per-step curves cached."""
-    rdp = sum(_rdp_of_one_step(s, q) * t for s, q, t in history)
-    eps, _ = rdp_analysis.get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rdp, delta=delta)
-    return eps
+def _epsilon_at_orders(history: list[Segment], orders: tuple[float, ...], delta: float) -> np.ndarray:
+    """epsilon(alpha) of the composed history at each order: the RDP curves add up order by order, then Balle et
+    al. 2020, Thm. 21: eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha), Opacus's
+    ``get_privacy_spent`` formula."""
+    a = np.array(orders, dtype=np.float64)
+    rdp = sum(_rdp_of_one_step(s, q, orders) * t for s, q, t in history)
+    return rdp - (math.log(delta) + np.log(a)) / (a - 1) + np.log((a - 1) / a)
+
+
+@dataclass(frozen=True)
+class RDPOptimum:
+    """The RDP accountant's answer: epsilon, the order that attains it, and whether that order is interior.
+
+    ``edge`` is ``None`` when the optimum has orders on both sides; ``"smallest"`` or ``"largest"`` when even the
+    extended grid's end (1.01 or :data:`MAX_ORDER`) is the best, where the bound is valid but not tight.
+    """
+
+    epsilon: float
+    order: float
+    edge: str | None
+
+
+def rdp_optimum(history: Sequence[Segment], delta: float) -> RDPOptimum:
+    r"""The RDP epsilon of a validated history at ``delta``, over an order grid grown until its optimum is interior.
+
+    Opacus's orders come first; while the best is the last order, the next chunk of :data:`HIGH_ORDER_CHUNKS` is
+    added; if it is the first (1.1), :data:`LOW_ORDERS` are. Where Opacus's grid holds the optimum, this is exactly
+    Opacus's ``RDPAccountant.get_epsilon``.
+
+    >>> q, T = 256 / 60000, 2340                        # MNIST, 10 epochs; LT's per-run delta_1 ~ 1e-17
+    >>> opt = rdp_optimum([(3.0, q, T)], 1e-17)
+    >>> int(opt.order) > 63, opt.edge
+    (True, None)
+    >>> rdp_optimum([(1.5, 0.04, 2250)], 1e-5)          # inside Opacus's grid: Opacus's answer
+    RDPOptimum(epsilon=7.3291111714386545, order=3.9, edge=None)
+    """
+    orders = OPACUS_ORDERS
+    eps = _epsilon_at_orders(history, orders, delta)
+    chunks = iter(HIGH_ORDER_CHUNKS)
+    while True:
+        best = int(np.nanargmin(eps))
+        if best == len(orders) - 1 and orders[-1] < MAX_ORDER:
+            chunk = next(chunks)
+            eps = np.concatenate([eps, _epsilon_at_orders(history, chunk, delta)])
+            orders = orders + chunk
+        elif best == 0 and orders[0] > LOW_ORDERS[0]:
+            eps = np.concatenate([_epsilon_at_orders(history, LOW_ORDERS, delta), eps])
+            orders = LOW_ORDERS + orders
+        else:
+            break
+    edge = "smallest" if best == 0 else "largest" if best == len(orders) - 1 else None
+    # with orders above 1/delta the conversion can dip below 0: (0, delta)-DP is what it then certifies
+    return RDPOptimum(max(0.0, float(eps[best])), float(orders[best]), edge)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Epsilon
+# --------------------------------------------------------------------------------------------------------------
+
+class _PRV(PRVAccountant):
+    """Opacus's PRV accountant, its truncation domain sized with :func:`rdp_optimum`'s grown grid.
+
+    Opacus sizes the domain (Gopi, Lee & Wutschitz 2021, Remark 5.6: L = max(L_max, eps_error) + 3, L_max the
+    RDP epsilon of the whole history at delta_error/4 and of each single step at delta_error/(8 n)) with its own
+    orders, which at small delta or large noise end at the optimum: the domain is then larger than needed and
+    Opacus warns. The same rule, with orders that contain the optimum.
+    """
+
+    def _get_domain(self, prvs, num_self_compositions, eps_error, delta_error):
+        n = sum(num_self_compositions)
+        segments = [(p.noise_multiplier, p.sample_rate, k) for p, k in zip(prvs, num_self_compositions)]
+        # an optimum at the grid's end still bounds epsilon from above: the domain is then merely larger
+        L_max = max([rdp_optimum(segments, delta_error / 4).epsilon]
+                    + [rdp_optimum([(s, q, 1)], delta_error / (8 * n)).epsilon for s, q, _ in segments])
+        mesh_size = eps_error / np.sqrt(n * np.log(12 / delta_error) / 2)
+        return Domain.create_aligned(-(max(L_max, eps_error) + 3), max(L_max, eps_error) + 3, mesh_size)
+
+
+def _rdp_checked(history: list[Segment], delta: float) -> float:
+    """The RDP epsilon, refused where the optimal order is at the end of the grown grid (hygiene rule 9)."""
+    opt = rdp_optimum(history, delta)
+    if opt.edge == "largest":
+        raise ValueError(
+            f"the RDP bound is optimal at the largest order evaluated (alpha = {MAX_ORDER}) for history={history}, "
+            f"delta={delta!r}: epsilon is below {opt.epsilon:.3g} but RDP cannot certify how far below. Use "
+            f"accountant='prv', or less noise.")
+    if opt.edge == "smallest":
+        raise ValueError(
+            f"the RDP bound is optimal at the smallest order evaluated (alpha = {LOW_ORDERS[0]}) for "
+            f"history={history}, delta={delta!r}: its value {opt.epsilon:.3g} is no meaningful guarantee (this "
+            f"much privacy loss means the release is essentially not private). Use more noise.")
+    return opt.epsilon
 
 
 def _epsilon_checked(history: list[Segment], delta: float, accountant: str) -> float:
-    """Epsilon of an already validated history; warnings from Opacus pass through unchanged."""
+    """Epsilon of an already validated history (no warning filtered: the RDP grid contains the optimum)."""
     history = [(s, q, t) for s, q, t in history if t > 0 and s != math.inf]  # these segments release nothing
     if not history:
         return 0.0
     if any(s == 0 for s, _, _ in history):
         return math.inf  # a release without noise is not private at any finite epsilon
     if accountant == "prv":
-        acc = PRVAccountant()
+        acc = _PRV()
         acc.history = list(history)
-        with warnings.catch_warnings(), np.errstate(divide="ignore"):
-            # Opacus sizes the PRV domain with an RDP bound; its "optimal order" warning is about that internal
-            # bound, not about the epsilon returned. log(1 - q) = -inf at q = 1 is expected and harmless.
-            warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
+        with np.errstate(divide="ignore"):  # log(1 - q) = -inf at q = 1 is expected and harmless
             eps = acc.get_epsilon(delta=delta)
     else:
-        eps = _rdp_epsilon(history, delta)
+        eps = _rdp_checked(history, delta)
     eps = float(eps)
     if math.isnan(eps):
         raise RuntimeError(f"the {accountant} accountant returned NaN for history={history}, delta={delta}")
@@ -202,15 +329,22 @@ def epsilon_of_history(history: Iterable[Sequence], delta: float, accountant: st
 # --------------------------------------------------------------------------------------------------------------
 
 def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: float, steps: int,
-                     accountant: str = "rdp", epsilon_tolerance: float = 0.01) -> float:
-    r"""The smallest sigma (to ``epsilon_tolerance``) whose ``steps`` releases at rate q stay within target_epsilon.
+                     accountant: str = "rdp", epsilon_tolerance: float = 0.01,
+                     sigma_tolerance: float = 1e-2) -> float:
+    r"""The smallest sigma whose ``steps`` releases at rate q stay within target_epsilon, to both tolerances.
 
-    The result satisfies ``target_epsilon - epsilon_tolerance <= epsilon(sigma, q, steps, target_delta)
-    <= target_epsilon``. The search is a bisection on sigma with the bracket of Opacus's
-    ``get_noise_multiplier`` (upper end 20, doubled while too small, then halved intervals, keeping the upper
-    end), so it returns the same sigma as Opacus's ``make_private_with_epsilon``, digit for digit; that is how
-    papers built on Opacus got their noise multipliers. It adds an explicit unreachable-target check and a cap
-    on the number of bisection steps.
+    With sigma* the smallest noise multiplier whose epsilon is at most the target, the result sigma satisfies
+    ``sigma* <= sigma <= sigma* (1 + sigma_tolerance)`` (about) and ``target_epsilon - epsilon_tolerance <=
+    epsilon(sigma, q, steps, target_delta) <= target_epsilon``. The search is a bisection on sigma with the
+    bracket of Opacus's ``get_noise_multiplier`` (upper end 20, doubled while too small, then halved intervals,
+    keeping the upper end). Opacus stops as soon as epsilon is within ``epsilon_tolerance``; where epsilon is
+    steep in sigma that already pins sigma, and the result is Opacus's ``make_private_with_epsilon`` sigma digit
+    for digit. Where epsilon is flat in sigma (small delta, as in a tuning protocol's per-run budget) Opacus's
+    rule stops at a coarse bracket point (3.4375, 5.0, 7.5, ...); the bisection here goes on until the bracket
+    is ``sigma_tolerance`` narrow.
+
+    The probes use :func:`rdp_optimum`'s grown order grid, and the answer is refused unless its optimal order is
+    interior.
 
     Args:
         target_epsilon: finite, > 0.
@@ -219,10 +353,10 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
         steps: T, an integer >= 1.
         accountant: ``"rdp"`` or ``"prv"``.
         epsilon_tolerance: how far below the target the returned sigma's epsilon may be; finite, > 0.
+        sigma_tolerance: the bracket's final relative width; finite, > 0.
 
     Raises:
-        ValueError: on bad input, or when even sigma = ``MAX_NOISE_MULTIPLIER`` exceeds the target (the RDP
-            bound cannot go below about 0.1 at delta = 1e-5 with Opacus's orders; PRV not below about 0.01).
+        ValueError: on bad input, or when even sigma = ``MAX_NOISE_MULTIPLIER`` exceeds the target.
 
     DPDR's Table 2 gives sigma_g = 0.803 for MNIST (B = 256, N = 60000, 20 epochs) at epsilon 3:
 
@@ -235,11 +369,14 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     steps = checks.integer("steps", steps, minimum=1)
     accountant = _check_accountant(accountant)
     tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
+    sigma_tol = checks.positive("sigma_tolerance", sigma_tolerance)
 
     def eps(sigma: float) -> float:
-        with warnings.catch_warnings():  # probes far from the answer trip Opacus's "optimal order" warning
-            warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-            return _epsilon_checked([(sigma, sample_rate, steps)], target_delta, accountant)
+        """A valid upper bound on epsilon at every probe (an optimum at the grid's end is refused only at the
+        answer, below)."""
+        if accountant == "rdp":
+            return rdp_optimum([(sigma, sample_rate, steps)], target_delta).epsilon
+        return _epsilon_checked([(sigma, sample_rate, steps)], target_delta, accountant)
 
     # Bracket: eps(hi) <= target < eps(lo) (lo = 0 is "no noise", epsilon = inf). lo stays 0 while hi doubles,
     # as in Opacus, so that the bisection visits the same points.
@@ -247,18 +384,16 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     eps_hi = eps(hi)
     while eps_hi > target_epsilon:
         if hi >= MAX_NOISE_MULTIPLIER:
-            hint = (" (with Opacus's RDP orders epsilon cannot go below about this value at this delta, whatever "
-                    "the noise; accountant='prv' can)" if accountant == "rdp" else "")
             raise ValueError(
                 f"target_epsilon={target_epsilon!r} is unreachable for sample_rate={sample_rate!r}, steps={steps}, "
                 f"target_delta={target_delta!r} with the {accountant!r} accountant: even noise_multiplier="
-                f"{MAX_NOISE_MULTIPLIER:g} gives epsilon={eps_hi:.4g}{hint}. Use a larger target_epsilon, fewer "
+                f"{MAX_NOISE_MULTIPLIER:g} gives epsilon={eps_hi:.4g}. Use a larger target_epsilon, fewer "
                 f"steps or a smaller sample_rate.")
         hi = min(2 * hi, MAX_NOISE_MULTIPLIER)
         eps_hi = eps(hi)
-    # Bisection, keeping the invariant; stop once the upper end is within tolerance of the target.
+    # Bisection, keeping the invariant, until the upper end is within both tolerances.
     for _ in range(200):  # 200 halvings exhaust float precision; a cap guards against a discontinuous epsilon
-        if target_epsilon - eps_hi <= tol:
+        if target_epsilon - eps_hi <= tol and hi - lo <= sigma_tol * hi:
             break
         mid = (lo + hi) / 2
         eps_mid = eps(mid)
@@ -266,6 +401,7 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
             hi, eps_hi = mid, eps_mid
         else:
             lo = mid
+    _epsilon_checked([(hi, sample_rate, steps)], target_delta, accountant)  # refuses an optimum at the grid's end
     return hi
 
 

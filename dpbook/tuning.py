@@ -57,10 +57,12 @@ privacy cost. Therefore, it has the same performance in both situations" (Sec. V
    combinations") suggests it trained each combination once. That reading is not sound under Theorem 1, so it is
    not offered.
 
-With Opacus's RDP orders (alpha <= 63), the accountant cannot certify a run below an epsilon of about 0.54 at
-delta_1 ~ 1e-17, whatever the noise. So LT needs epsilon_1 = epsilon/3 above that floor, i.e. a total epsilon
-above about 1.6: LT at epsilon = 1 is unreachable. This may be why the tuning-cost tables start at epsilon = 2
-(Sec. VI-B). PRV cannot work at such a small delta at all. The errors say so and say what to change.
+LT's per-run delta_1 is tiny (about 1e-17 for G = 10 at delta = 1e-5), and at such a delta the best RDP order is
+large (about 80 for MNIST at epsilon = 2 and G = 10, about 200 at epsilon = 1): Opacus's orders (alpha <= 63) do not
+reach it, and an accountant limited to them overstates the noise LT needs by 20-90 % at epsilon <= 2 and declares
+epsilon = 1 unreachable. :func:`dpbook.accounting.rdp_optimum` grows the order grid until the optimum is interior: LT at
+epsilon = 1 is reachable (MNIST, G = 10: sigma about 5.1 per run). PRV cannot work at such a small delta; its error
+says so.
 
 >>> round(calibrate_sigma(4.0, 1e-5, sample_rate=0.01, steps=1000), 3)          # one run
 0.778
@@ -75,7 +77,6 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -354,20 +355,11 @@ def _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant, epsi
     try:
         sigma = accounting.noise_multiplier(epsilon1, delta1, sample_rate, steps, accountant, epsilon_tolerance)
     except ValueError as err:
-        floor = ""
-        if accountant == "rdp":
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-                lowest = accounting.epsilon(accounting.MAX_NOISE_MULTIPLIER, sample_rate, steps, delta1)
-            floor = (f" With Opacus's RDP orders (alpha <= 63) no noise certifies less than epsilon_1 = {lowest:.3g} "
-                     f"at this delta_1, so LT needs a total epsilon above about {3 * lowest:.3g} here.")
-        else:
-            floor = f" The {accountant!r} accountant says: {err}"
         raise ValueError(
             f"the LT per-run budget (epsilon_1={epsilon1:.4g}, delta_1={delta1:.3g}) that Theorem 1 leaves for a "
             f"total epsilon={epsilon!r}, delta={delta!r} with G={G} (gamma = 1/(2G), delta_2={delta2:g}) is "
             f"unreachable for one run of {steps} steps at sample_rate={sample_rate!r} with the {accountant!r} "
-            f"accountant.{floor} Use a larger epsilon, a smaller grid (delta_1 shrinks as 1/G^2), fewer steps, "
+            f"accountant: {err} Use a larger epsilon, a smaller grid (delta_1 shrinks as 1/G^2), fewer steps, "
             f"or protocol='rdp'.") from err
     return sigma, (epsilon1, delta1)
 
@@ -385,9 +377,8 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
         protocol: ``"none"`` (one run: G is ignored), ``"rdp"`` (G runs composed: sigma for G*T steps) or
             ``"lt"`` (Theorem 1: sigma for one run at :func:`per_run_budget`). See :data:`PROTOCOLS`.
         accountant: ``"rdp"`` (the paper's) or ``"prv"``. Under ``"lt"`` PRV fails at delta_1 ~ 1e-17.
-        epsilon_tolerance: passed to :func:`dpbook.accounting.noise_multiplier`. The default 0.01 matches Opacus's
-            ``get_noise_multiplier``. Near the accountant's floor (LT at small epsilon) epsilon barely moves with
-            sigma, so a smaller tolerance gives a noticeably smaller sigma there.
+        epsilon_tolerance: passed to :func:`dpbook.accounting.noise_multiplier` (which also narrows sigma itself
+            to 0.1 %); the default 0.01 matches Opacus's ``get_noise_multiplier``.
 
     With G = 1 every protocol gives the single-run sigma (nothing is selected). sigma grows with G under "rdp"
     (about like sqrt(G)) and, far more slowly, under "lt" (through ln(1/delta_1), delta_1 ~ 1/G^2).
@@ -400,7 +391,7 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
 
     Raises:
         ValueError: naming the parameter on bad input, or explaining what to change when the budget cannot be
-            reached (e.g. LT at epsilon = 1).
+            reached (e.g. LT with delta below delta_2, or a grid so large that epsilon/3 - sqrt(2 delta_1) <= 0).
     """
     epsilon, delta = _check_budget(epsilon, delta)
     sample_rate = checks.rate("sample_rate", sample_rate, "q = B/N")
@@ -474,18 +465,16 @@ def tuning_plan(epsilon: float, delta: float, sample_rate: float, steps: int, G:
                             epsilon_tolerance=epsilon_tolerance, delta2=delta2)
     G, protocol = int(G), str(protocol)
     charged = "none" if G == 1 else protocol
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-        if charged == "lt":
-            epsilon1, delta1 = per_run_budget(epsilon, delta, G, "lt", delta2=delta2)
-            gamma = lt_gamma(G)
-            per_run = accounting.epsilon(sigma, sample_rate, steps, delta1, accountant)
-            total_epsilon, total_delta = lt_theorem(per_run, delta1, gamma, delta2)
-            return TuningPlan(protocol, charged, G, sigma, sample_rate, steps, epsilon, delta, per_run, delta1,
-                              total_epsilon, total_delta, math.floor(lt_max_runs(gamma, delta2)),
-                              lt_expected_runs(gamma, delta2), accountant, gamma, delta2)
-        per_run = accounting.epsilon(sigma, sample_rate, steps, delta, accountant)
-        total = accounting.epsilon(sigma, sample_rate, G * steps, delta, accountant) if charged == "rdp" else per_run
+    if charged == "lt":
+        epsilon1, delta1 = per_run_budget(epsilon, delta, G, "lt", delta2=delta2)
+        gamma = lt_gamma(G)
+        per_run = accounting.epsilon(sigma, sample_rate, steps, delta1, accountant)
+        total_epsilon, total_delta = lt_theorem(per_run, delta1, gamma, delta2)
+        return TuningPlan(protocol, charged, G, sigma, sample_rate, steps, epsilon, delta, per_run, delta1,
+                          total_epsilon, total_delta, math.floor(lt_max_runs(gamma, delta2)),
+                          lt_expected_runs(gamma, delta2), accountant, gamma, delta2)
+    per_run = accounting.epsilon(sigma, sample_rate, steps, delta, accountant)
+    total = accounting.epsilon(sigma, sample_rate, G * steps, delta, accountant) if charged == "rdp" else per_run
     runs = 1 if G == 1 else G
     return TuningPlan(protocol, charged, G, sigma, sample_rate, steps, epsilon, delta, per_run, delta, total, delta,
                       runs, float(runs), accountant)
@@ -675,10 +664,7 @@ def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float,
 
     key = (lambda r: r.metric) if maximize else (lambda r: -r.metric)
     best = max(runs, key=key)  # max returns the first maximal element
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-        composed = accounting.epsilon(plan.sigma, plan.sample_rate, len(runs) * plan.steps, plan.delta,
-                                      plan.accountant)
+    composed = accounting.epsilon(plan.sigma, plan.sample_rate, len(runs) * plan.steps, plan.delta, plan.accountant)
     if plan.charged_protocol == "rdp" and composed > plan.epsilon:  # the accountant's own check of the charge
         raise RuntimeError(f"the {len(runs)} runs composed spend epsilon={composed!r} > budget {plan.epsilon!r}")
     return GridSearchResult(plan, grid, runs, best, composed, maximize)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from opacus.accountants import RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
+from dpbook import accounting
 from dpbook.accounting import (
     PrivacyLedger,
     epsilon,
@@ -188,6 +189,66 @@ def test_history_equals_opacus_accountant():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# RDP orders that contain the optimum (small delta, large noise)
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("q, sigma", [(0.004, 0.7), (0.01, 3.0), (0.1, 20.0), (0.3, 1.2)])
+@pytest.mark.parametrize("alpha", [2, 17, 63])
+def test_vectorised_log_a_equals_opacus_loop(q, sigma, alpha):
+    """The integer-order A_alpha used above Opacus's grid is Opacus's formula, summed in log space at once."""
+    from opacus.accountants.analysis.rdp import _compute_log_a_for_int_alpha
+    assert accounting._log_a_int(q, sigma, alpha) == pytest.approx(_compute_log_a_for_int_alpha(q, sigma, alpha),
+                                                                  rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("q, sigma, alpha", [(0.004, 3.0, 200), (0.01, 20.0, 1500), (0.1, 5.0, 4000)])
+def test_high_orders_equal_google_rdp(q, sigma, alpha):
+    """Above alpha = 1030 Opacus's binomial coefficient overflows; Google's log-space sum does not."""
+    from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
+    google = _compute_rdp_poisson_subsampled_gaussian(q, sigma, [alpha])[0]
+    ours = accounting._rdp_of_one_step(sigma, q, (alpha,))[0]
+    assert ours == pytest.approx(google, rel=1e-9)
+
+
+@pytest.mark.parametrize("history, delta", [
+    ([(3.0, 256 / 60000, 2344)], 1e-17),     # LT's per-run delta on MNIST: optimum ~ 200
+    ([(20.0, 0.01, 1000)], 1e-5),            # a calibration's first probe: optimum ~ 1000
+    ([(1e4, 0.01, 1000)], 1e-5),             # far past every chunk but the last
+])
+def test_grid_grows_until_the_optimum_is_interior(history, delta):
+    opt = accounting.rdp_optimum(history, delta)
+    assert opt.edge is None and opt.order > 63
+    # a valid bound at every order: the optimum is below what Opacus's grid gives, and below every order's value
+    acc = RDPAccountant()
+    acc.history = list(history)
+    with pytest.warns(UserWarning, match="Optimal order is the largest alpha"):
+        opacus_eps = acc.get_epsilon(delta)
+    assert opt.epsilon < opacus_eps
+    assert epsilon_of_history(history, delta) == opt.epsilon
+
+
+def test_the_grids_ends_are_refused_not_hidden():
+    with pytest.raises(ValueError, match=r"optimal at the largest order evaluated \(alpha = 65536\).*prv"):
+        epsilon(1e6, 0.01, 10, 1e-5)
+    with pytest.raises(ValueError, match=r"optimal at the smallest order evaluated \(alpha = 1.01\).*more noise"):
+        epsilon(0.05, 0.5, 10_000, 1e-5)
+
+
+def test_low_orders_extend_below_opacus():
+    # little noise, many full-batch steps: the best order, 1 + (2 sigma^2 ln(1/delta) / T)^(1/2) ~ 1.08, is below
+    # Opacus's smallest (1.1)
+    opt = accounting.rdp_optimum([(0.5, 1.0, 1000)], 1e-5)
+    assert opt.edge is None and opt.order == 1.08
+
+
+def test_no_accountant_warning_anywhere(recwarn):
+    """The cases that made Opacus warn (LT's delta_1, big probes, PRV's domain at tiny delta) warn no more."""
+    noise_multiplier(0.3333, 1e-17, 256 / 60000, 2344)
+    epsilon(50.0, 0.01, 100, 1e-5, accountant="prv")
+    assert not [w for w in recwarn if "Optimal order" in str(w.message)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Noise calibration
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -201,7 +262,7 @@ def test_noise_multiplier_round_trip_rdp(target, delta, q, steps):
     assert target - 0.01 <= epsilon(sigma, q, steps, delta) <= target
 
 
-@pytest.mark.filterwarnings("ignore:Optimal order is the:UserWarning")  # Opacus's probes far from the answer
+@pytest.mark.filterwarnings("ignore:Optimal order is the:UserWarning")  # Opacus's own probes, not ours
 @pytest.mark.parametrize("target, steps", [(3.0, MNIST_T), (0.5, 100)])
 def test_noise_multiplier_equals_opacus(target, steps):
     # the same sigma as Opacus's get_noise_multiplier (make_private_with_epsilon), digit for digit
@@ -244,12 +305,12 @@ def test_noise_multiplier_large_noise_is_found():
     assert 0.49 <= epsilon(sigma, 1.0, 10, 1e-5) <= 0.5
 
 
-@pytest.mark.parametrize("accountant, target", [("rdp", 0.05), ("prv", 0.005)])
-def test_unreachable_target(accountant, target):
+@pytest.mark.parametrize("accountant, target, steps", [("rdp", 1e-3, 10 ** 9), ("prv", 0.005, 10)])
+def test_unreachable_target(accountant, target, steps):
+    # RDP, full batch: a billion steps at sigma = 1e6 still cost epsilon ~ 0.2
     with pytest.raises(ValueError, match=r"target_epsilon=.* is unreachable .*larger target_epsilon, fewer steps "
-                                         r"or a smaller sample_rate") as info:
-        noise_multiplier(target, 1e-5, 0.01, 10, accountant=accountant)
-    assert ("accountant='prv'" in str(info.value)) == (accountant == "rdp")
+                                         r"or a smaller sample_rate"):
+        noise_multiplier(target, 1e-10, 1.0, steps, accountant=accountant)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -479,6 +540,7 @@ GOOD_TARGET = dict(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.01, step
     ("accountant", "moments", r"accountant must be one of 'rdp', 'prv', got 'moments'"),
     ("epsilon_tolerance", 0.0, r"epsilon_tolerance must be a finite number > 0, got 0.0"),
     ("epsilon_tolerance", -0.01, r"epsilon_tolerance must be a finite number > 0, got -0.01"),
+    ("sigma_tolerance", 0.0, r"sigma_tolerance must be a finite number > 0, got 0.0"),
 ])
 def test_noise_multiplier_bad_input(name, value, message):
     with pytest.raises(ValueError, match="^" + message):
@@ -490,12 +552,6 @@ def test_noise_multiplier_bad_input(name, value, message):
 ])
 def test_cached_rdp_equals_opacus_rdp_accountant_exactly(history):
     """The per-(sigma, q) cache of the RDP curve changes nothing: bit-for-bit Opacus's RDPAccountant."""
-    import warnings
-
-    from opacus.accountants import RDPAccountant
-
     reference = RDPAccountant()
     reference.history = list(history)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert epsilon_of_history(history, 1e-5) == reference.get_epsilon(1e-5)
+    assert epsilon_of_history(history, 1e-5) == reference.get_epsilon(1e-5)
