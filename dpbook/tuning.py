@@ -172,12 +172,14 @@ GRID_SIZES_SGD: dict[str, int] = {m: len(paper_grid(m, "sgd")) for m in TUNED_HY
 class Setting:
     """One experimental setting of the paper (Sec. V, Appendix D): N training examples, epochs, B = 256.
 
-    ``steps`` follows :class:`dpbook.train.Trainer`: epochs x round(N/B), so a sigma calibrated here is the sigma
-    a Trainer run of this setting accounts for. ``delta`` is 1/N, as in the paper.
+    ``steps`` is the paper's count, T = ceil(N epochs / B) (2,344 for MNIST), used wherever the book reproduces
+    its privacy tables. A :class:`dpbook.train.Trainer` run takes epochs x round(N/B) steps (2,340 for MNIST), never
+    more than this count for these settings, so a sigma calibrated here covers it. ``delta`` is 1/N, as in the
+    paper.
 
     >>> s = DCSGD_SETTINGS["mnist"]
     >>> s.sample_rate == 256 / 60000, s.steps, s.delta == 1 / 60000
-    (True, 2340, True)
+    (True, 2344, True)
     """
 
     name: str
@@ -192,7 +194,7 @@ class Setting:
 
     @property
     def steps(self) -> int:
-        return self.epochs * max(1, round(self.N / self.expected_batch_size))
+        return math.ceil(self.N * self.epochs / self.expected_batch_size)
 
     @property
     def delta(self) -> float:

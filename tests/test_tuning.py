@@ -49,10 +49,11 @@ def test_grid_sizes_are_table_vii():
     assert lrs[:3] == [1e-5, 2e-5, 4e-5] and len(lrs) == 20
 
 
-def test_settings_use_the_trainers_step_count():
+def test_settings_count_the_papers_steps_and_cover_a_trainer_run():
+    assert DCSGD_SETTINGS["mnist"].steps == 2344          # ceil(60000 x 10 / 256), the paper's T
     for s in DCSGD_SETTINGS.values():
         sampler = PoissonSampler(N=s.N, expected_batch_size=256, seed=0)
-        assert s.steps == s.epochs * sampler.steps_per_epoch()
+        assert s.steps == math.ceil(s.N * s.epochs / 256) >= s.epochs * sampler.steps_per_epoch()
         assert s.sample_rate == pytest.approx(sampler.q) and s.delta == 1 / s.N
 
 
