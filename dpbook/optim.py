@@ -104,18 +104,22 @@ class DPOptimizer:
                 "[p for p in model.parameters() if p.requires_grad] or freeze them with requires_grad_(False)"
             )
 
-    def step(self, x: torch.Tensor, y: torch.Tensor) -> dict:
+    def step(self, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> dict:
         """One private step on the logical batch ``(x, y)`` (a Poisson sample; it may be empty).
 
         Returns the step's info: the noise multiplier recorded and the method's (released) diagnostics.
         """
+        # index (optional): the examples' indices in the training set, shape (len(x),), handed to the method with
+        # each micro-batch (MicroBatch.index) for methods that keep per-example state across steps.
+        if index is not None and len(index) != len(x):
+            raise ValueError(f"index holds {len(index)} indices for a batch of {len(x)} examples")
         method = self.method
         acc = method.start(self.params)
         for sl in micro_batches(len(x), self.micro_batch_size):
             xb, yb = x[sl], y[sl]
             grads, norms = self._per_sample_checked(xb, yb)
             grads_at = functools.partial(self._grads_at, xb, yb)  # for methods that need other iterates
-            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, grads_at))
+            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, grads_at, None if index is None else index[sl]))
         sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
         noisy_sum = method.release(acc, self.noise)
         for p, s in zip(self.params, noisy_sum):

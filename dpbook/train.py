@@ -139,7 +139,7 @@ class Trainer:
                    desc=self.engine.method.name, unit="step")
         while self.step < stop:
             idx = self.sampler.sample().to(self.x_train.device)
-            info = self.engine.step(self.x_train[idx], self.y_train[idx])
+            info = self.engine.step(self.x_train[idx], self.y_train[idx], index=idx)
             self.step += 1
             self.log.steps.append({"step": self.step, **info})
             if self.log.nonprivate is not None:

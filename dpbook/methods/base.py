@@ -69,6 +69,10 @@ class MicroBatch:
     grads: Grads  # per-sample gradients at the current parameters, one tensor (n, *shape) per parameter
     norms: torch.Tensor  # their flat L2 norms, shape (n,)
     grads_at: Callable[[Sequence[torch.Tensor]], Grads]  # per-sample gradients at other parameter values
+    # The examples' indices in the training set, shape (n,), when the caller passes them to the engine
+    # (``DPOptimizer.step(x, y, index=...)``; ``Trainer`` does). Methods with per-example state across steps need
+    # them (DP-PSASC's Algorithm 2, ``psasc_momentum_gd.py``); the others ignore them.
+    index: torch.Tensor | None = None
 
     @property
     def n(self) -> int:
