@@ -160,6 +160,31 @@ def test_e_search_terminates_with_negative_counts():
     assert floored.capped and floored.C == 1e-3
 
 
+def test_e_keeps_its_threshold_when_the_noisy_histogram_is_degenerate():
+    """Counts dominated by noise make Algorithm 4 shrink C towards the floor (1e-8 observed), which would zero every
+    gradient for the rest of training: DC-SGD-E keeps C_t instead, and reports the capped search."""
+    m = DCSGDE(sigma=1.0)
+    m.bind([torch.zeros(1000)], expected_batch_size=4)
+    m.C = 0.7
+    C_next, _, info = m.adapt(-np.ones(20))
+    assert C_next == 0.7 and info["E_capped"] == 1.0
+    H = np.zeros(20)
+    H[8] = 256
+    C_next, _, info = m.adapt(H)                         # a clear histogram still moves C
+    assert C_next != 0.7 and info["E_capped"] == 0.0
+
+
+def test_e_never_collapses_in_training_with_small_batches_and_loud_histograms():
+    """B = 4 and sigma_H = 50: the noisy histograms are mostly noise; C_t stays at sane values over 60 steps."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 3)
+    method = DCSGDE(sigma=2.0, sigma_H=50.0)
+    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=0.1,
+                         expected_batch_size=4, noise_seed=3)
+    used = [engine.step(torch.randn(4, 8), torch.randint(0, 3, (4,)))["C"] for _ in range(60)]
+    assert min(used) >= 1e-3, min(used)
+
+
 def test_e_range_rules():
     assert expected_error_range([0, 0, 1, 5], 4.0) == 8.0  # overflow bin holds >= S'/2: double
     assert expected_error_range([5, 1, 0, 0], 4.0) == 2.0  # right half <= S'/b: halve
@@ -189,7 +214,7 @@ def ref_rule_p(H, C, R, p, d):
 
 
 def ref_rule_e(H, C, R, sigma_T, d, max_repeats=20, floor=1e-8):
-    b = len(H)
+    b, C_t, interior = len(H), C, False
     S_prime = max(sum(H), 1.0)
     m = [(k + 0.5) * R / b for k in range(b)]
 
@@ -201,9 +226,12 @@ def ref_rule_e(H, C, R, sigma_T, d, max_repeats=20, floor=1e-8):
         errors = [E(c) for c in cands]
         k = errors.index(min(errors))
         C_new = max(cands[k], floor)
-        if 0 < k < 19 or C_new == C:
+        interior = 0 < k < 19
+        if interior or C_new == C:
             break
         C = C_new
+    if not interior:  # a degenerate histogram: keep the previous threshold
+        C_new = C_t
     if H[-1] >= 0.5 * S_prime:
         R = 2 * R
     elif sum(H[b // 2:]) <= S_prime / b:
@@ -288,7 +316,9 @@ def test_gradient_noise_is_sigma_T_C_over_B_and_accountant_sees_sigma(cls):
     assert engine.ledger.history == [(3.0, 0.5, 1)] and info["noise_multiplier"] == 3.0
     H = method.last_release["H"]  # the empty batch's histogram is pure noise of std sigma_H, not scaled by C
     assert float(H.std()) == pytest.approx(5.0, rel=0.05)
-    assert info["C"] == 0.7 and method.C == info["C_next"] != 0.7
+    assert info["C"] == 0.7 and method.C == info["C_next"]
+    # P always moves; E keeps C_t exactly when the pure-noise histogram sends its search to the floor
+    assert (method.C != 0.7) == (cls is DCSGDP or not info["E_capped"])
 
 
 def test_threshold_is_applied_from_the_next_step_only():

@@ -32,6 +32,11 @@ Readings of the paper's gaps (the extraction notes' flags):
 - [F-17] Algorithm 4's "while True" re-centring stops after ``max_repeats`` (20) re-centrings, or when the
   threshold reaches the positive floor ``min_threshold``; the step's diagnostics report ``E_capped = 1`` then
   (and the module logs it at INFO level). The floor also bounds ``C_t`` and ``R_t`` of both rules from below.
+  A capped search means the noisy histogram is degenerate: its counts are dominated by noise (small B, large
+  sigma_H), the estimated error keeps falling as C' shrinks, and the boundary candidate would be a threshold
+  of about ``min_threshold`` that zeroes every gradient for the rest of training. DC-SGD-E then keeps its
+  previous threshold, ``C_{t+1} = C_t`` (our fallback: it depends on nothing but the released histogram, so it
+  is post-processing like the rule itself).
 - [F-13], [F-14] the range rules use the noisy ``S'`` and ``b`` (not the private |B_t|) as if/elif/else; with an
   odd ``b`` the right half starts at ``floor(b/2)``; [F-15] E's range follows Algorithm 4 (no ``R = 2C``).
 - [F-16] P keeps the paper's ``R_0 = 1`` (it caps ``C_1`` at ``(b - 1/2)/b``); E uses ``R_0 = b``.
@@ -427,8 +432,9 @@ class DCSGDE(DCSGD):
     def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
         search = expected_error_threshold(H, self.C, self.R, sigma_T=self.sigma_T, B=self.B, d=self.d,
                                           max_repeats=self.max_repeats, min_threshold=self.min_threshold)
+        C_next = self.C if search.capped else search.C  # a degenerate noisy histogram: keep C_t [F-17]
         R_next = expected_error_range(H, self.R)  # Alg. 4 l.14-16
-        return search.C, R_next, {"E_repeats": float(search.repeats), "E_capped": float(search.capped)}
+        return C_next, R_next, {"E_repeats": float(search.repeats), "E_capped": float(search.capped)}
 
 
 __all__ = [
