@@ -1,0 +1,226 @@
+r"""DP-PSASC with momentum, GD version (Huang et al., arXiv 2411.03059, Algorithm 2): full-batch gradient descent
+whose scaled quantity is a per-sample exponential moving average (EMA) of each example's gradients.
+
+Algorithm 2 as printed (input: w_0, eta, D = {d_1..d_N}, (epsilon, delta), C, momentum parameter gamma, T, s)::
+
+    1  Compute the noise scale sigma
+    2  Initialize m_{0,i} = g_{0,i}
+    3  for k = 1; k < T; k++:
+    4      Compute the gradient {g_{k,i}}_{i=1}^N                        (every example: full batch)
+    5      g~_{k,i} = C m_{k,i} / (s ||m_{k,i}|| + r / (||m_{k,i}|| + r))  (Eq. (6) applied to m_{k,i})
+    6      g_k = sum_{i=1}^N g~_{k,i}
+    7      g^_k = g_k + N(0, C^2 sigma^2 / s^2)
+    8      w_{k+1} <- w_k - (eta / B) g^_k
+    9      for i = 1; i < N; i++:
+    10         m_{k,i} = gamma g_{k,i} + (1 - gamma) m_{k-1,i}
+
+What is implemented, with k = 0 .. T-1 and g_{k,i} = grad f(w_k, d_i)::
+
+    m_{0,i} = g_{0,i}                                          line 2
+    m_{k,i} = gamma g_{k,i} + (1 - gamma) m_{k-1,i}   (k >= 1)   line 10: gamma weighs the NEW gradient
+    release  sum_{i=1}^N C m_{k,i} / (s ||m_{k,i}|| + r / (||m_{k,i}|| + r)) + N(0, (sigma C / s)^2 I_d)
+    (the engine divides by B = N and any torch optimizer steps; plain SGD is line 8)
+
+The EMA is per example and runs across the full-batch steps: example i's m_i is a state of the method that lives
+from step to step, N tensors of the model's size in all (N d numbers, in :meth:`state_dict`). It sits *before* the
+scaling, and the noise is added once per step *after* the sum, so no noise enters the EMA. Theorem 3 states
+Algorithm 2's parameters: one gamma = O(T^{-1/4}) (with s = O(T^{-1/4}), r = O(T^{-1/2}), eta = O(T^{-3/4})).
+
+Readings of the paper (flags of the DP-PSASC notes):
+
+- [F-9]: the loop runs T iterations, k = 0 .. T-1 (the printed ``k = 1; k < T`` runs T - 1 and never defines w_1).
+- [F-10]: line 5 scales m_{k,i} before line 10 computes it. ``reading="update-then-scale"`` (the default) updates
+  the EMA with the current gradient first and scales the updated m_{k,i}, so the gradient computed at w_k (line 4)
+  moves w_k. ``reading="scale-then-update"`` keeps the printed line order: step k scales m_{k-1,i}, the EMA up to
+  the previous iterate, and then folds g_{k,i} in for the next step (steps 0 and 1 both scale m_{0,i} = g_{0,i}).
+  Both readings have the same sensitivity and the same accounting.
+- [F-11]: the ``eta / B`` of line 8 is ``eta / N``: with sample rate q = 1 the expected batch size B *is* N, so the
+  engine's division by B is the paper's. [F-12]: line 9's ``i < N`` means every i = 1 .. N.
+- [F-7], [F-8]: r is an input; the noise is isotropic, N(0, (C sigma / s)^2 I_d).
+- [F-13], [F-16]: Theorem 3's single gamma is this algorithm's; the minibatch Algorithm 3 (``psasc-momentum`` in
+  ``psac.py``) has (gamma0, gamma1, K0). Which of the two Table III's DP-PSASC* used is discussed in the chapter
+  ``notebooks/psasc_in_training.ipynb``.
+
+Privacy (add/remove-one adjacency, [F-5]). Every m_i depends only on d_i and on the already released iterates
+w_0 .. w_k, and its scaled version has norm < C/s (Eq. (6): ||C m / (s ||m|| + r / (||m|| + r))|| < C/s for every m),
+so adding or removing one example changes the step's sum by less than C/s: each step is a Gaussian mechanism with
+noise multiplier sigma, and T steps compose adaptively. Nothing is subsampled: the accountant records (sigma, q = 1)
+per step, i.e. T-fold composition of the Gaussian mechanism with no amplification ([F-6]: Theorem 1's B/N does not
+apply). :meth:`from_plan` takes a plan calibrated at sample rate 1 and refuses any other.
+
+Example identities: the EMA is indexed by example, so the method needs each example's index in the training set.
+The engine hands it ``MicroBatch.index`` (``DPOptimizer.step(x, y, index=...)``; :class:`dpbook.train.Trainer`
+passes its sampler's indices). At q = 1 (``Trainer(..., expected_batch_size=N)``) every step is the whole
+training set. Each step must hold every index 0 .. N-1 exactly once, with N = the engine's expected batch size B;
+anything else (a subsampled batch, a missing or repeated index, no indices) is an error, never a silent
+mix-up of two examples' states (which would break the sensitivity bound).
+
+    >>> import torch
+    >>> from torch import nn
+    >>> from dpbook.optim import DPOptimizer
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Linear(3, 2)
+    >>> method = PSASCMomentumGD(C=0.3, r=1e-3, s=0.5, sigma=2.0, gamma=0.25)
+    >>> round(method.sensitivity(), 6), round(method.noise_std(), 6), method.noise_multiplier()
+    (0.6, 1.2, 2.0)
+    >>> N = 6  # full batch: sample rate 1, expected batch size N
+    >>> engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=1.0,
+    ...                      expected_batch_size=N)
+    >>> x, y = torch.randn(N, 3), torch.randint(0, 2, (N,))
+    >>> for _ in range(3):
+    ...     info = engine.step(x, y, index=torch.arange(N))
+    >>> engine.ledger.history, [tuple(m.shape) for m in method.m]
+    ([(2.0, 1.0, 3)], [(6, 2, 3), (6, 2)])
+    >>> engine.step(x[:4], y[:4], index=torch.arange(4))
+    Traceback (most recent call last):
+    ...
+    ValueError: Algorithm 2 is full-batch: every step must hold each of the N = 6 training examples once, this one held 4 of them; run it at sample rate q = 1 with expected_batch_size = N (e.g. Trainer(..., expected_batch_size=len(x_train)))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar, Sequence
+
+import torch
+
+from dpbook import checks
+from dpbook.methods.base import GaussianNoise, MicroBatch
+from dpbook.methods.psac import PSASC
+from dpbook.methods.registry import register
+from dpbook.per_sample import Grads, check_finite, flat_norms
+
+if TYPE_CHECKING:
+    from dpbook.tuning import TuningPlan
+
+READINGS = ("update-then-scale", "scale-then-update")
+"""The two readings of Algorithm 2's line order ([F-10]); the first is the default."""
+
+
+@register("psasc-momentum-gd")
+class PSASCMomentumGD(PSASC):
+    r"""DP-PSASC with momentum, GD version (Algorithm 2): full batch, per-sample EMA, sensitivity C/s, noise sigma*C/s.
+
+    Args:
+        C, r, s, sigma: as in :class:`~dpbook.methods.psac.PSASC` (Eq. (6)).
+        gamma: momentum parameter in (0, 1], the weight of the *new* gradient in m = gamma g + (1 - gamma) m
+            (Algorithm 2, line 10). 1: no momentum, full-batch DP-PSASC exactly. Theorem 3 takes gamma = O(T^{-1/4}),
+            a long memory. 0 would freeze every m_i at its gradient at w_0 and is refused.
+        reading: ``"update-then-scale"`` (default) or ``"scale-then-update"`` ([F-10], module docstring).
+
+    Memory: N d numbers of state (one EMA per example and parameter), besides the engine's per-sample gradients.
+    """
+
+    full_batch: ClassVar[bool] = True
+    """Algorithm 2 runs only at sample rate q = 1: the batch of every step is the whole training set."""
+
+    def __init__(self, *, C: float, r: float, s: float, sigma: float, gamma: float,
+                 reading: str = "update-then-scale"):
+        super().__init__(C=C, r=r, s=s, sigma=sigma)
+        self.gamma = checks.rate("gamma (momentum parameter)", gamma,
+                                 "the weight of the new gradient in m = gamma g + (1 - gamma) m; 1: no momentum")
+        if reading not in READINGS:
+            raise ValueError(f"reading must be one of {READINGS} (note F-10), got {reading!r}")
+        self.reading = reading
+        self.N = 0  # training-set size, the expected batch size B at q = 1 (set by bind)
+        self.m: list[torch.Tensor] = []  # per-sample EMA, one tensor (N, *shape) per parameter (allocated by bind)
+
+    @classmethod
+    def from_plan(cls, plan: TuningPlan, **hyperparameters) -> "PSASCMomentumGD":
+        """The method at the plan's sigma, for a plan calibrated at sample rate 1 (T full-batch Gaussian steps).
+
+        >>> from dpbook.tuning import tuning_plan
+        >>> plan = tuning_plan(4.0, 1e-5, sample_rate=1.0, steps=50)
+        >>> PSASCMomentumGD.from_plan(plan, C=1.0, r=1e-3, s=0.5, gamma=0.1).sigma == plan.sigma
+        True
+        """
+        if plan.sample_rate != 1:
+            raise ValueError(
+                f"psasc-momentum-gd (Algorithm 2) is full-batch: its steps are Gaussian mechanisms on the whole "
+                f"training set, accounted at sample rate 1, but the plan was calibrated at sample rate "
+                f"{plan.sample_rate!r}; plan with batch size = N (sample_rate=1.0), or use 'psasc-momentum' "
+                "(Algorithm 3) for minibatches")
+        return cls(sigma=plan.sigma, **hyperparameters)
+
+    def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
+        super().bind(params, expected_batch_size=expected_batch_size)
+        if not float(expected_batch_size).is_integer():
+            raise ValueError(f"Algorithm 2 is full-batch: the expected batch size B is the training-set size N, an "
+                             f"integer, got {expected_batch_size!r}")
+        self.N = int(expected_batch_size)
+        self.m = [torch.zeros((self.N, *p.shape), dtype=p.dtype, device=p.device) for p in params]
+
+    def start(self, params: Sequence[torch.Tensor]) -> dict:
+        acc = super().start(params)
+        acc["seen"] = torch.zeros(self.N, dtype=torch.bool, device=self.m[0].device if self.m else None)
+        return acc
+
+    def _indices(self, acc: dict, mb: MicroBatch) -> torch.Tensor:
+        """The micro-batch's example indices, checked: given, in 0 .. N-1, none seen before in this step."""
+        if mb.index is None:
+            raise ValueError("Algorithm 2 keeps a momentum per example: pass each example's index in the training "
+                             "set, DPOptimizer.step(x, y, index=...) (Trainer does)")
+        index = mb.index.to(device=acc["seen"].device, dtype=torch.long)
+        if len(index) != mb.n:
+            raise ValueError(f"the micro-batch has {mb.n} examples but {len(index)} indices")
+        if len(index) and (int(index.min()) < 0 or int(index.max()) >= self.N):
+            raise ValueError(f"example indices must lie in 0 .. N-1 = {self.N - 1} (N = the expected batch size), "
+                             f"got indices from {int(index.min())} to {int(index.max())}")
+        if bool(acc["seen"][index].any()) or len(torch.unique(index)) != len(index):
+            raise ValueError("an example appears twice in one step: Algorithm 2's batch is the training set, each "
+                             "example once")
+        acc["seen"][index] = True
+        return index
+
+    def momentum(self, index: torch.Tensor, grads: Grads) -> Grads:
+        """Advance the EMA of the examples ``index`` with their gradients; return what this step scales.
+
+        Line 2 at the first step (m = g), line 10 after it; ``"update-then-scale"`` scales the updated m,
+        ``"scale-then-update"`` the m of the previous step (g itself at the first step).
+        """
+        if self.t == 0:
+            old = list(grads)  # m_{0,i} = g_{0,i}
+            new = list(grads)
+        else:
+            old = [m[index] for m in self.m]  # m_{k-1,i}
+            new = [self.gamma * g + (1.0 - self.gamma) * o for g, o in zip(grads, old)]  # line 10
+        for m, v in zip(self.m, new):
+            m[index] = v
+        return new if self.reading == "update-then-scale" else old
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        index = self._indices(acc, mb)
+        m = self.momentum(index, mb.grads)
+        norms = flat_norms(m)
+        check_finite(m, norms, [f"#{j} (per-sample momentum)" for j in range(len(m))])
+        # The per-sample EMA takes the place of the per-sample gradient in DP-PSASC's scaled sum (line 5).
+        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms))
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        seen = int(acc["seen"].sum())
+        if seen != self.N:
+            raise ValueError(
+                f"Algorithm 2 is full-batch: every step must hold each of the N = {self.N} training examples once, "
+                f"this one held {seen} of them; run it at sample rate q = 1 with expected_batch_size = N "
+                "(e.g. Trainer(..., expected_batch_size=len(x_train)))")
+        return super().release(acc, noise)  # lines 6-7: sum_i g~_{k,i} + N(0, (sigma C / s)^2 I)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "m": [m.clone() for m in self.m]}
+
+    def load_state_dict(self, state: dict) -> None:
+        shapes = [tuple(m.shape) for m in state["m"]]
+        if self.m and shapes != [tuple(m.shape) for m in self.m]:
+            raise ValueError(f"the state holds per-sample momenta of shapes {shapes} but this method keeps "
+                             f"{[tuple(m.shape) for m in self.m]} (N = {self.N}): it was saved by a run on another "
+                             "training set or model")
+        super().load_state_dict(state)
+        if self.m:
+            for m, saved in zip(self.m, state["m"]):
+                m.copy_(saved)
+        else:
+            self.m = [saved.clone() for saved in state["m"]]
+            self.N = len(self.m[0]) if self.m else 0
+
+    def diagnostics(self) -> dict[str, float]:
+        return {**super().diagnostics(), "gamma": self.gamma}
