@@ -10,8 +10,16 @@ from dpbook import digits_benchmark as db
 from dpbook.methods import METHODS
 
 
+#: Registered methods the benchmark leaves out, each with its reason.
+NOT_BENCHMARKED = {
+    name: "full-batch (sample rate 1): the benchmark's Poisson minibatch setting, at a shared epoch budget, does not "
+          "apply to it" for name, cls in METHODS.items() if getattr(cls, "full_batch", False)
+}
+
+
 def test_every_method_of_the_book_is_benchmarked():
-    assert set(db.GRIDS) == set(METHODS)
+    assert set(db.GRIDS) == set(METHODS) - set(NOT_BENCHMARKED)
+    assert set(NOT_BENCHMARKED) == {"psasc-momentum-gd"}  # DP-PSASC's Algorithm 2, the only full-batch method
 
 
 def test_grids_scale_the_papers_adam_grids_in_proportion():
