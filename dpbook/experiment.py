@@ -38,7 +38,6 @@ import inspect
 import json
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -255,11 +254,9 @@ def check_spent(history, plan: TuningPlan) -> float:
     """
     runs = plan.G if plan.charged_protocol == "rdp" else 1
     target = plan.per_run_epsilon if plan.charged_protocol == "lt" else plan.total_epsilon
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-        charged = accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], plan.per_run_delta,
-                                                plan.accountant)
-        spent = accounting.epsilon_of_history(history, plan.per_run_delta, plan.accountant)
+    charged = accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], plan.per_run_delta,
+                                            plan.accountant)
+    spent = accounting.epsilon_of_history(history, plan.per_run_delta, plan.accountant)
     if charged > target * (1 + 1e-9):
         raise RuntimeError(f"the run spent epsilon={charged!r} (x{runs} runs) but its plan charges {target!r}: "
                            f"the method's from_plan does not match its accounting")
@@ -294,9 +291,7 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
                       accountant=exp.accountant, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                       progress=progress, device=device)
     resumed = checkpoint.exists()  # Trainer.run resumes from it
-    with warnings.catch_warnings():  # per-epoch epsilon at LT's delta_1 ~ 1e-17 sits at Opacus's largest order
-        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-        log = trainer.run()
+    log = trainer.run()
     spent = check_spent(trainer.engine.ledger.history, plan)
     record = {
         "experiment": dataclasses.asdict(exp),

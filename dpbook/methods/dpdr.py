@@ -43,7 +43,6 @@ that makes it cost exactly a target epsilon.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Sequence
 
 import torch
@@ -398,9 +397,7 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
         history = [(sigma, q, t * runs) for sigma, q, t in dpdr_history(
             sigma_g=sigma_g, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, s=s, sample_rate=sample_rate,
             steps=steps)]
-        with warnings.catch_warnings():  # probes far from the answer trip Opacus's "optimal order" warning
-            warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-            return epsilon_of_history(history, delta, accountant=accountant)
+        return epsilon_of_history(history, delta, accountant=accountant)
 
     floor = eps(math.inf)  # the GDR steps alone
     if floor >= target:
