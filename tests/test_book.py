@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,40 @@ def test_notebooks_are_committed_without_outputs(path):
     cells = json.loads(path.read_text())["cells"]
     with_outputs = [i for i, c in enumerate(cells) if c.get("outputs")]
     assert not with_outputs, f"{path.name}: clear the outputs of cells {with_outputs} (the book executes it)"
+
+
+# LaTeX written in a normal Python string loses its backslashes to escapes: "\rVert" becomes a carriage return and
+# "Vert", "\theta" a tab and "heta", "\frac" a form feed and "rac". The book then shows "C/‖gVert" and the build
+# passes. Two checks: code cells write LaTeX in raw strings only, and no text holds the remains of such an escape.
+ESCAPE_REMAINS = re.compile(r"\n(Vert|ight|ho|heta|au|imes|ext|rac|eta|ar|ec|arepsilon|lpha|abla|eq|ewline|ilde)\b")
+
+
+def non_raw_latex(source: str) -> list[str]:
+    """The string literals of ``source`` that hold a backslash escape other than \\n and are not raw strings."""
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.STRING:
+            prefix = re.match(r"[A-Za-z]*", token.string).group(0).lower()
+            if "r" not in prefix and re.search(r"(?<!\\)(\\\\)*\\[a-mo-zA-Z]", token.string):  # an odd run of \
+                found.append(token.string[:60])
+    return found
+
+
+def test_the_latex_checks_catch_the_escapes():
+    assert non_raw_latex('label = "$\\\\lVert g\\\\rVert$"\n') == []        # escaped by hand: allowed
+    assert non_raw_latex('label = r"$\\lVert g\\rVert$"\n') == []
+    assert non_raw_latex('label = f"$\\lVert g\\rVert$ = {x}"\n') != []
+    assert ESCAPE_REMAINS.search("that is $C/\\lVert g\nVert$")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_latex_survives_python_strings(path):
+    cells = json.loads(path.read_text())["cells"]
+    problems = []
+    for i, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            problems += [f"cell {i}: write {s}... as a raw string r\"...\"" for s in non_raw_latex(code)]
+        problems += [f"cell {i}: an escape ate a backslash before {m.group(1)!r}" for m in ESCAPE_REMAINS.finditer(source)]
+    assert not problems, f"{path.name}: {problems}"
