@@ -16,6 +16,7 @@ METHOD_COLOURS = {
     "psac": "#e377c2",
     "psasc": "#bcbd22",
     "psasc-momentum": "#17becf",
+    "psasc-momentum-gd": "#0e7c86",
     "dpdr": "#7f7f7f",
     "diff": "#aec7e8",
     "diff2": "#98df8a",

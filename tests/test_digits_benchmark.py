@@ -13,7 +13,7 @@ from dpbook.methods import METHODS
 #: Registered methods the benchmark leaves out, each with its reason.
 NOT_BENCHMARKED = {
     name: "full-batch (sample rate 1): the benchmark's Poisson minibatch setting, at a shared epoch budget, does not "
-          "apply to it" for name, cls in METHODS.items() if getattr(cls, "full_batch", False)
+          "apply to it" for name, cls in METHODS.items() if cls.full_batch
 }
 
 

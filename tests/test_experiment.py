@@ -24,6 +24,7 @@ HYPERPARAMETERS = {
     "dynamic": {"C_0": 1.0, "rho_C": 0.5}, "autos": {}, "psac": {"C": 1.0, "r": 0.01},
     "psasc": {"C": 1.0, "r": 0.01, "s": 0.5},
     "psasc-momentum": {"C": 1.0, "r": 0.01, "s": 0.5, "K0": 1, "gamma0": 0.5, "gamma1": 0.5},
+    "psasc-momentum-gd": {"C": 1.0, "r": 0.01, "s": 0.5, "gamma": 0.5},
     "dpdr": {"C_perp": 1.0, "C_alpha": 0.3, "C_g": 1.0, "s": 3}, "diff": {"C_d": 0.5, "C_g": 1.0},
     "diff2": {"C_d": 0.5, "C_g": 1.0, "restart_every": 2},
 }
@@ -92,8 +93,9 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
 @pytest.mark.parametrize("protocol", ["rdp", "lt"])
 def test_every_method_spends_no_more_than_a_charged_search_allows(tmp_path, method, protocol):
     """from_plan of each method against the accountant: G = 3 runs of its exact history fit the budget."""
+    batch_size = 1437 if METHODS[method].full_batch else 512  # full batch: B = N, q = 1
     exp = Experiment(method=method, hyperparameters=HYPERPARAMETERS[method], protocol=protocol, G=3,
-                     **{**DIGITS, "epochs": 1, "batch_size": 512})
+                     **{**DIGITS, "epochs": 1, "batch_size": batch_size})
     record = run_experiment(exp, results_dir=tmp_path, progress=False)  # check_spent raises on overspending
     plan = plan_of(exp, record["N"])
     assert record["sigma"] == plan.sigma

@@ -31,7 +31,10 @@ RAW_BATCH_KEYS = {
 
 
 def smoke_experiment(name: str) -> Experiment:
-    return Experiment(method=name, hyperparameters=HYPERPARAMETERS[name], **SMOKE)
+    exp = Experiment(method=name, hyperparameters=HYPERPARAMETERS[name], **SMOKE)
+    if METHODS[name].full_batch:  # full batch: B = N, q = 1
+        exp = exp.replace(batch_size=len(load_task_data(exp).x_train))
+    return exp
 
 
 def smoke_trainer(name: str, **options) -> Trainer:

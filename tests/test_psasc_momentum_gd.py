@@ -313,7 +313,7 @@ def test_from_plan_refuses_a_subsampled_plan():
 
 def test_registry_and_full_batch_flag():
     assert METHODS["psasc-momentum-gd"] is PSASCMomentumGD and PSASCMomentumGD.name == "psasc-momentum-gd"
-    assert PSASCMomentumGD.full_batch and not getattr(METHODS["psasc-momentum"], "full_batch", False)
+    assert PSASCMomentumGD.full_batch and not METHODS["psasc-momentum"].full_batch
     m = make_method("psasc-momentum-gd", C=0.2, r=1e-4, s=0.8, sigma=1.5, gamma=0.1)
     assert m.diagnostics() == {"C": 0.2, "r": 1e-4, "s": 0.8, "gamma": 0.1}
     assert (m.sensitivity(), m.noise_std(), m.noise_multiplier()) == pytest.approx((0.25, 0.375, 1.5))

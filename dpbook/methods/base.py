@@ -102,6 +102,8 @@ class Method(abc.ABC):
     """Base class of every private-step method (see the module docstring for the protocol)."""
 
     name: ClassVar[str]
+    #: True for a full-batch method (every step sees all N examples, q = 1), which a minibatch grid cannot run.
+    full_batch: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.t = 0  # index of the coming step, 0-based
