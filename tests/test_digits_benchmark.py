@@ -51,5 +51,6 @@ def test_unreachable_cells_are_the_expected_ones():
     reasons = {(m, e, p): cell(m, e, p)["reason"] for m in db.METHODS for e in db.EPSILONS
                for p in db.PROTOCOLS if cell(m, e, p)["status"] == "unreachable"}
     for (method, epsilon, protocol), reason in reasons.items():
-        assert ("LT per-run budget" in reason and protocol == "lt" and epsilon == 1.0) or \
-               ("sigma_b" in reason and method == "adaclip") or method == "dpdr", (method, epsilon, protocol, reason)
+        # LT's per-run budget at epsilon = 1 is reachable (the RDP orders grow past 63): only Andrew et al.'s
+        # fixed sigma_b = B/20 and DPDR's GDR-step floor can make a cell unreachable
+        assert ("sigma_b" in reason and method == "adaclip") or method == "dpdr", (method, epsilon, protocol, reason)
