@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -53,6 +53,7 @@ from dpbook import checks
 __all__ = [
     "ACCOUNTANTS",
     "MAX_NOISE_MULTIPLIER",
+    "calibrate_scale",
     "epsilon",
     "epsilon_of_history",
     "noise_multiplier",
@@ -402,6 +403,73 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
         else:
             lo = mid
     _epsilon_checked([(hi, sample_rate, steps)], target_delta, accountant)  # refuses an optimum at the grid's end
+    return hi
+
+
+def calibrate_scale(epsilon_at: Callable[[float], float], target_epsilon: float, *,
+                    epsilon_tolerance: float = 1e-4, name: str = "sigma") -> float:
+    r"""The smallest noise multiplier x with ``epsilon_at(x) <= target_epsilon``, for a schedule of several noises.
+
+    ``epsilon_at(x)`` is the epsilon of a whole run's history in which some segments' noise multipliers scale
+    with x (DPDR's DP-SGD steps at sigma_g; DIFF2's difference steps at sigma and its restarts at a fixed multiple
+    of it); it must decrease as x grows. The search: a bracket by doubling or halving from x = 1, then regula
+    falsi on ``log epsilon`` (Illinois variant, with bisection as fallback), until ``target_epsilon -
+    epsilon_tolerance <= epsilon_at(x) <= target_epsilon``; about ten evaluations of the accountant.
+
+    >>> q, T = 0.01, 1000
+    >>> x = calibrate_scale(lambda x: epsilon_of_history([(x, q, 10), (2 * x, q, T - 10)], 1e-5), 2.0)
+    >>> round(epsilon_of_history([(x, q, 10), (2 * x, q, T - 10)], 1e-5), 3)
+    2.0
+
+    Raises:
+        ValueError: when even x = ``MAX_NOISE_MULTIPLIER`` spends more than the target.
+    """
+    target = checks.positive("target_epsilon", target_epsilon)
+    tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
+
+    def f(x: float) -> float:  # decreasing in x; log makes it nearly linear for the secant steps
+        e = epsilon_at(x)
+        return math.log(e / target) if 0 < e < math.inf else (math.inf if e > 0 else -math.inf)
+
+    # Bracket [lo, hi] with f(lo) > 0 >= f(hi), starting from x = 1 and doubling or halving.
+    x, fx = 1.0, f(1.0)
+    if fx > 0:
+        lo, f_lo = x, fx
+        hi, f_hi = 2 * x, f(2 * x)
+        while f_hi > 0:
+            if hi >= MAX_NOISE_MULTIPLIER:
+                raise ValueError(f"target_epsilon={target!r} needs {name} > {MAX_NOISE_MULTIPLIER:g}: the steps whose "
+                                 f"noise scales with {name} cannot be made cheap enough")
+            lo, f_lo = hi, f_hi
+            hi = min(2 * hi, MAX_NOISE_MULTIPLIER)
+            f_hi = f(hi)
+    else:
+        hi, f_hi = x, fx
+        lo, f_lo = x / 2, f(x / 2)
+        while f_lo <= 0:
+            hi, f_hi = lo, f_lo
+            lo = lo / 2
+            f_lo = f(lo)
+    # Illinois (regula falsi that halves the stale end's value), falling back to bisection; keeps the bracket and
+    # stops once epsilon(hi) is within epsilon_tolerance below the target.
+    stale = 0
+    for _ in range(200):
+        if target * (1 - math.exp(f_hi)) <= tol or hi - lo <= 1e-12 * hi:
+            break
+        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo) if math.isfinite(f_lo) else (lo + hi) / 2
+        if not lo < x < hi:
+            x = (lo + hi) / 2
+        fx = f(x)
+        if fx <= 0:
+            hi, f_hi = x, fx
+            stale = stale + 1 if stale >= 0 else 1
+            if stale >= 2 and math.isfinite(f_lo):
+                f_lo /= 2
+        else:
+            lo, f_lo = x, fx
+            stale = stale - 1 if stale <= 0 else -1
+            if stale <= -2:
+                f_hi /= 2
     return hi
 
 

@@ -446,6 +446,19 @@ class TuningPlan:
         """Whether the guarantee covers releasing the best of the runs (False only for "none" with G > 1)."""
         return self.charged_protocol != "none" or self.G == 1
 
+    def run_budget(self) -> tuple[float, float, int]:
+        """``(epsilon, delta, runs)``: ``runs`` copies of one run's history, composed, must cost at most epsilon at
+        delta, what a DP-SGD run at ``sigma`` is charged: one run ("none"); G runs composed ("rdp"); one run at
+        Theorem 1's per-run delta_1 ("lt"). A method whose history is not DP-SGD's calibrates its noise to this.
+
+        >>> epsilon, delta, runs = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="rdp").run_budget()
+        >>> 3.99 <= epsilon <= 4.0, delta, runs
+        (True, 1e-05, 10)
+        """
+        if self.charged_protocol == "lt":
+            return self.per_run_epsilon, self.per_run_delta, 1
+        return self.total_epsilon, self.delta, self.G if self.charged_protocol == "rdp" else 1
+
 
 def tuning_plan(epsilon: float, delta: float, sample_rate: float, steps: int, G: int = 1, protocol: str = "none",
                 *, accountant: str = "rdp", epsilon_tolerance: float = 0.01,

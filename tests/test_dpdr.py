@@ -16,7 +16,7 @@ from torch import nn
 from dpbook.accounting import epsilon_of_history, sigma_eff
 from dpbook.data import load_digits
 from dpbook.methods import GaussianNoise, MicroBatch, make_method
-from dpbook.methods.diff import DIFF, DIFF2
+from dpbook.methods.diff import DIFF, DIFF2, diff2_history
 from dpbook.methods.dpdr import (
     DPDR,
     calibrate_sigma_g,
@@ -31,6 +31,7 @@ from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import flat_norms
 from dpbook.train import Trainer
+from dpbook.tuning import tuning_plan
 from tests import reference
 from tests.reference import apply_update, flat_norm, per_example_gradients
 
@@ -385,8 +386,48 @@ def test_noise_off_oracle_equals_per_example_loop(name, opt, micro_batch_size):
 NOISY = {
     "dpdr": dict(C_perp=0.4, C_alpha=1.0, sigma_perp=0.8, sigma_alpha=2.0, C_g=2.0, sigma_g=1.0, s=3),
     "diff": dict(C_d=0.5, C_g=2.0, sigma=1.0),
-    "diff2": dict(C_d=0.05, C_g=2.0, sigma=1.0, restart_every=3),
+    "diff2": dict(C_d=0.05, C_g=2.0, sigma=1.0, restart_every=3, sigma_restart=0.7),
 }
+
+
+def test_diff2_noise_and_ledger_follow_the_split():
+    """Empty batches, lr = 1: the update is the noise / B, of std sigma_restart C_g on restarts and sigma C_d on the
+    difference steps (added to the carried estimate); each step is recorded at its own multiplier."""
+    model = nn.Linear(200, 50)
+    method = DIFF2(C_d=0.5, C_g=2.0, sigma=3.0, sigma_restart=1.5, restart_every=2)
+    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=1.0), method, sample_rate=0.5,
+                         expected_batch_size=B)
+    empty = (torch.zeros(0, 200), torch.zeros(0, dtype=torch.long))
+    stds = []
+    for _ in range(2):
+        before = model.weight.detach().clone()
+        estimate = [v.clone() for v in method.previous]
+        engine.step(*empty)
+        step = (before - model.weight.detach()) - (estimate[0] if method.t == 2 else 0)
+        stds.append(step.std().item())
+    assert stds[0] == pytest.approx(1.5 * 2.0 / B, rel=0.05) and stds[1] == pytest.approx(3.0 * 0.5 / B, rel=0.05)
+    assert engine.ledger.history == [(1.5, 0.5, 1), (3.0, 0.5, 1)]
+
+
+@pytest.mark.parametrize("protocol, G", [("none", 1), ("rdp", 5), ("lt", 5)])
+@pytest.mark.parametrize("ratio", [0.5, 1.0, 2.0])
+def test_diff2_from_plan_spends_exactly_what_the_plan_charges(protocol, G, ratio):
+    plan = tuning_plan(2.0, 1e-5, sample_rate=0.05, steps=200, G=G, protocol=protocol)
+    m = DIFF2.from_plan(plan, restart_noise_ratio=ratio, C_d=0.1, restart_every=5)
+    assert m.sigma_restart == pytest.approx(ratio * m.sigma, rel=1e-12)
+    target, delta, runs = plan.run_budget()
+    history = diff2_history(sigma=m.sigma, sigma_restart=m.sigma_restart, restart_every=5, sample_rate=0.05,
+                            steps=200)
+    spent = epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta)
+    assert target - 1e-3 <= spent <= target
+    assert (m.sigma == plan.sigma) == (ratio == 1.0)
+
+
+def test_diff2_history_counts_restarts():
+    assert diff2_history(sigma=1.0, sigma_restart=2.0, restart_every=None, sample_rate=0.1, steps=7) == [
+        (2.0, 0.1, 1), (1.0, 0.1, 6)]
+    assert diff2_history(sigma=1.0, sigma_restart=2.0, restart_every=1, sample_rate=0.1, steps=3) == [(2.0, 0.1, 3)]
+    assert diff2_history(sigma=1.0, sigma_restart=2.0, restart_every=50, sample_rate=0.1, steps=0) == []
 
 
 @pytest.mark.parametrize("name", sorted(NOISY))
@@ -483,6 +524,7 @@ def test_dpdr_rejects_bad_hyperparameters(change, match):
     (DIFF, dict(C_d=1.0, sigma=1.0, C_g=-1.0), "C_g"), (DIFF2, dict(C_d=-0.1, sigma=1.0), "C_d"),
     (DIFF2, dict(C_d=1.0, sigma=-0.5), "sigma"), (DIFF2, dict(C_d=1.0, sigma=1.0, restart_every=0), "restart_every"),
     (DIFF2, dict(C_d=1.0, sigma=1.0, restart_every=2.0), "restart_every"),
+    (DIFF2, dict(C_d=1.0, sigma=1.0, sigma_restart=-1.0), "sigma_restart"),
 ])
 def test_diff_methods_reject_bad_hyperparameters(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -26,7 +26,7 @@ HYPERPARAMETERS = {
     "psasc-momentum": {"C": 1.0, "r": 0.01, "s": 0.5, "K0": 1, "gamma0": 0.5, "gamma1": 0.5},
     "psasc-momentum-gd": {"C": 1.0, "r": 0.01, "s": 0.5, "gamma": 0.5},
     "dpdr": {"C_perp": 1.0, "C_alpha": 0.3, "C_g": 1.0, "s": 3}, "diff": {"C_d": 0.5, "C_g": 1.0},
-    "diff2": {"C_d": 0.5, "C_g": 1.0, "restart_every": 2},
+    "diff2": {"C_d": 0.5, "C_g": 1.0, "restart_every": 2, "restart_noise_ratio": 0.5},
 }
 
 

@@ -1,35 +1,40 @@
 r"""Privatising gradient *differences*: DIFF (the DPDR paper's strawman, Eq. (1)) and DIFF2 (Murata & Suzuki, 2023).
 
 Both release, at most steps, a clipped and noised *difference* and add back an estimate that was already released
-(post-processing), so the sensitivity is the difference's clipping bound ``C_d`` and the accountant sees ``sigma``
-at every step. Both keep that estimate as state. They differ in *what* is subtracted.
+(post-processing), so the sensitivity is the difference's clipping bound ``C_d``. Both keep that estimate as state.
+They differ in *what* is subtracted.
 
-**DIFF** (DPDR paper, Sec. 4.1, Eq. (1), read as in the notes §2.2 [F-6]): subtract the previous *released* gradient
-from each per-sample gradient::
+**DIFF** (DPDR paper, Sec. 4.1, Eq. (1), with the noise inside the 1/B and the sum over the Poisson batch [F-6]):
+subtract the previous *released* gradient from each per-sample gradient::
 
     t = 1:   g~_1 = ( sum_i Clip(g_i, C_g) + N(0, sigma^2 C_g^2 I) ) / B                 (DP-SGD; no g~_0 exists)
     t >= 2:  g~_t = ( sum_i Clip(g_i - g~_{t-1}, C_d) + N(0, sigma^2 C_d^2 I) ) / B + g~_{t-1}      Eq. (1)
 
-The paper does not say how step 1 is done or whether DIFF runs on all steps; we read step 1 as DP-SGD with
-``C_g`` (default ``C_g = C_d``, the notes' pseudo-code) and DIFF on all later steps (its collapse on SVHN in
-Table 1 suggests so). Per-sample residual norms come from inner products, as in DPDR:
-``||g_i - v||^2 = ||g_i||^2 - 2 <g_i, v> + ||v||^2`` and ``sum_i c_i (g_i - v) = sum_i c_i g_i - (sum_i c_i) v``
-(no per-sample residual tensor; the same rounding slack as :mod:`dpbook.methods.dpdr` guards the cancellation).
+The paper says neither how step 1 is done nor whether DIFF runs on every step. Our reading: step 1 is DP-SGD
+with ``C_g`` (default ``C_g = C_d``), and DIFF runs on every later step, at one ``sigma``. Per-sample residual norms
+come from inner products, as in DPDR: ``||g_i - v||^2 = ||g_i||^2 - 2 <g_i, v> + ||v||^2`` and
+``sum_i c_i (g_i - v) = sum_i c_i g_i - (sum_i c_i) v`` (no per-sample residual tensor; the same rounding slack
+as :mod:`dpbook.methods.dpdr` guards the cancellation).
 
-**DIFF2** (Murata & Suzuki, ICML 2023; the DPDR paper gives no formula, only "adding noises to the difference of
-consecutive sanitized gradients on the same batch" with "doubled computation"). We implement the notes' §9
-reading, a running estimator refreshed by DP-SGD every ``restart_every`` steps::
+**DIFF2** (Murata & Suzuki, ICML 2023). The DPDR paper gives no formula for it. It says only (Sec. 2) that this
+work "proposes adding noises to the difference of consecutive sanitize[d] gradients on the same batch", that it
+"performs well on low dimension datasets", and that "the calculation cost doubles for gradient recomputing". We
+implement a running estimator refreshed by DP-SGD every ``restart_every`` steps, our reading of Murata & Suzuki
+(whose paper we could not consult offline)::
 
-    restart steps (t = 1, 1 + R, 1 + 2R, ...):  v_t = ( sum_i Clip(grad l(w_t; x_i), C_g) + N(0, sigma^2 C_g^2 I) ) / B
-    other steps:  v_t = v_{t-1} + ( sum_i Clip(grad l(w_t; x_i) - grad l(w_{t-1}; x_i), C_d) + N(0, sigma^2 C_d^2 I) ) / B
+    restart steps (t = 1, 1 + R, 1 + 2R, ...):
+        v_t = ( sum_i Clip(grad l(w_t; x_i), C_g) + N(0, sigma_restart^2 C_g^2 I) ) / B
+    other steps:
+        v_t = v_{t-1} + ( sum_i Clip(grad l(w_t; x_i) - grad l(w_{t-1}; x_i), C_d) + N(0, sigma^2 C_d^2 I) ) / B
     w_{t+1} = optimizer(w_t, v_t)
 
 Both gradients of a difference are taken on the *same* Poisson batch of step t (one release, sensitivity C_d), at
-the current and at the previous iterate (``MicroBatch.grads_at``): twice the gradient work of DP-SGD. What
-DIFF2's original leaves open here, and our choices [F-25]: the restart period (``restart_every``, default 50,
-our choice); the budget split between restart and difference steps (one ``sigma`` for both, so every step costs
-the same); the clipping bound at restarts (``C_g``, default ``C_d``). DIFF2 was designed for full-batch
-distributed learning; this is its single-machine, Poisson-minibatch form.
+the current and at the previous iterate (``MicroBatch.grads_at``): twice the gradient work of DP-SGD, as the DPDR
+paper says. What is left open, and made a hyperparameter here [F-25]: the restart period R (``restart_every``), the
+noise of the restarts against that of the differences (``sigma_restart``; :meth:`DIFF2.from_plan` takes their
+ratio and calibrates both to the budget for the run's exact heterogeneous history) and the clipping bound at
+restarts (``C_g``, default ``C_d``). DIFF2 was designed for full-batch distributed learning; this is its
+single-machine, Poisson-minibatch form.
 """
 
 from __future__ import annotations
@@ -41,12 +46,13 @@ from typing import Sequence
 import torch
 
 from dpbook import checks
+from dpbook.accounting import calibrate_scale, epsilon_of_history
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch
 from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors, flat_norms, weighted_sum
 
-__all__ = ["DIFF", "DIFF2"]
+__all__ = ["DIFF", "DIFF2", "diff2_history"]
 
 
 class _DifferenceMethod(Method):
@@ -81,7 +87,7 @@ class _DifferenceMethod(Method):
         return self.C_g if self.is_restart() else self.C_d
 
     def noise_std(self) -> float:
-        return self.sigma * self.sensitivity()
+        return self.noise_multiplier() * self.sensitivity()
 
     def noise_multiplier(self) -> float:
         return self.sigma
@@ -200,10 +206,12 @@ class DIFF2(_DifferenceMethod):
 
     Args:
         C_d: clipping bound of ``grad l(w_t; x_i) - grad l(w_{t-1}; x_i)`` (the paper tunes it in [0.001, 1]).
-        sigma: noise multiplier, the same at every step (our choice: the split is not given, [F-25]).
+        sigma: noise multiplier of the difference steps.
         C_g: clipping bound of the restart (DP-SGD) steps (default ``C_d``).
-        restart_every: R, steps between restarts (1, 1 + R, 1 + 2R, ...); default 50 (our choice, [F-25]);
-            ``None``: only step 1.
+        restart_every: R, steps between restarts (1, 1 + R, 1 + 2R, ...); default 50; ``None``: only step 1 [F-25].
+        sigma_restart: noise multiplier of the restart steps (default ``sigma``: every step costs the same) [F-25].
+
+    Each step is accounted at its own multiplier. :meth:`from_plan` sets both for a budget.
 
     State: ``t``, ``previous`` = v_{t-1} (the released estimate, divided by B) and ``w_previous`` (the parameters at
     which the previous step's gradients were taken).
@@ -212,20 +220,58 @@ class DIFF2(_DifferenceMethod):
     >>> from dpbook.optim import DPOptimizer
     >>> torch.manual_seed(0) and None
     >>> model = nn.Linear(3, 2)
-    >>> method = DIFF2(C_d=0.1, sigma=1.0, C_g=1.0, restart_every=2)
+    >>> method = DIFF2(C_d=0.1, sigma=1.0, C_g=1.0, restart_every=2, sigma_restart=0.8)
     >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=0.1,
     ...                   expected_batch_size=4)
     >>> restarts = []
     >>> for _ in range(4):
     ...     restarts.append(opt.step(torch.randn(4, 3), torch.randint(0, 2, (4,)))["restart"])
     >>> restarts, opt.ledger.history
-    ([1.0, 0.0, 1.0, 0.0], [(1.0, 0.1, 4)])
+    ([1.0, 0.0, 1.0, 0.0], [(0.8, 0.1, 1), (1.0, 0.1, 1), (0.8, 0.1, 1), (1.0, 0.1, 1)])
+    >>> opt.ledger.epsilon(1e-5) == epsilon_of_history(diff2_history(sigma=1.0, sigma_restart=0.8, restart_every=2,
+    ...                                                                sample_rate=0.1, steps=4), 1e-5)
+    True
     """
 
-    def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None, restart_every: int | None = 50):
+    @classmethod
+    def from_plan(cls, plan, *, restart_noise_ratio: float = 1.0, **hyperparameters) -> "DIFF2":
+        r"""DIFF2 spending what ``plan`` charges one run, with ``sigma_restart = restart_noise_ratio * sigma``.
+
+        A ratio of 1 is DP-SGD's history: ``sigma = plan.sigma``. Otherwise sigma is calibrated
+        (:func:`dpbook.accounting.calibrate_scale`) so that the run's exact history (:func:`diff2_history`), composed
+        as the plan's protocol charges it, spends at most the plan's budget. A ratio below 1 gives the restarts,
+        which carry the whole gradient, less noise and the differences more.
+
+        >>> from dpbook.tuning import tuning_plan
+        >>> plan = tuning_plan(4.0, 1e-5, sample_rate=0.01, steps=1000)
+        >>> m = DIFF2.from_plan(plan, restart_noise_ratio=0.5, C_d=0.1, restart_every=5)
+        >>> m.sigma_restart < plan.sigma < m.sigma, round(m.sigma_restart / m.sigma, 6)
+        (True, 0.5)
+        """
+        ratio = checks.positive("restart_noise_ratio (sigma_restart / sigma)", restart_noise_ratio)
+        if ratio == 1.0:
+            return cls(sigma=plan.sigma, **hyperparameters)
+        restart_every = hyperparameters.get("restart_every", 50)
+        target, delta, runs = plan.run_budget()
+
+        def epsilon_at(sigma: float) -> float:
+            history = diff2_history(sigma=sigma, sigma_restart=ratio * sigma, restart_every=restart_every,
+                                    sample_rate=plan.sample_rate, steps=plan.steps)
+            return epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, accountant=plan.accountant)
+
+        sigma = calibrate_scale(epsilon_at, target, name="sigma (DIFF2's difference steps)")
+        return cls(sigma=sigma, sigma_restart=ratio * sigma, **hyperparameters)
+
+    def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None, restart_every: int | None = 50,
+                 sigma_restart: float | None = None):
         super().__init__(C_d=C_d, sigma=sigma, C_g=C_g)
         self.restart_every = None if restart_every is None else checks.integer("restart_every", restart_every)
+        self.sigma_restart = self.sigma if sigma_restart is None else checks.non_negative(
+            "sigma_restart (noise multiplier of the restart steps)", sigma_restart)
         self.w_previous: list[torch.Tensor] = []
+
+    def noise_multiplier(self) -> float:
+        return self.sigma_restart if self.is_restart() else self.sigma
 
     def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
         super().bind(params, expected_batch_size=expected_batch_size)
@@ -263,3 +309,19 @@ class DIFF2(_DifferenceMethod):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.w_previous = [w.clone() for w in state["w_previous"]]
+
+
+def diff2_history(*, sigma: float, sigma_restart: float, restart_every: int | None, sample_rate: float,
+                  steps: int) -> list[tuple[float, float, int]]:
+    r"""The accountant's history of a DIFF2 run of ``steps`` = T steps: its restarts (steps 1, 1 + R, ...) at
+    ``sigma_restart`` and its difference steps at ``sigma`` (empty segments dropped; the order of the steps does not
+    change what they cost).
+
+    >>> diff2_history(sigma=1.2, sigma_restart=0.6, restart_every=5, sample_rate=0.01, steps=12)
+    [(0.6, 0.01, 3), (1.2, 0.01, 9)]
+    """
+    steps = checks.integer("steps", steps, minimum=0)
+    q = checks.rate("sample_rate", sample_rate)
+    restarts = min(1, steps) if restart_every is None else -(-steps // checks.integer("restart_every", restart_every))
+    segments = [(float(sigma_restart), q, restarts), (float(sigma), q, steps - restarts)]
+    return [seg for seg in segments if seg[2] > 0]

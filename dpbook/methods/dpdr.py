@@ -48,7 +48,7 @@ from typing import Sequence
 import torch
 
 from dpbook import checks
-from dpbook.accounting import MAX_NOISE_MULTIPLIER, epsilon_of_history, sigma_eff
+from dpbook.accounting import calibrate_scale, epsilon_of_history, sigma_eff
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, clip_factors, weighted_sum
@@ -213,11 +213,7 @@ class DPDR(Method):
         """
         ratio = checks.positive("sigma_alpha_ratio (sigma_alpha / sigma_perp)", sigma_alpha_ratio)
         sigma_perp, sigma_alpha = plan.sigma, ratio * plan.sigma
-        if plan.charged_protocol == "lt":
-            target, delta, runs = plan.per_run_epsilon, plan.per_run_delta, 1
-        else:
-            runs = plan.G if plan.charged_protocol == "rdp" else 1
-            target, delta = plan.total_epsilon, plan.delta
+        target, delta, runs = plan.run_budget()
         sigma_g = calibrate_sigma_g(target, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha,
                                     s=hyperparameters.get("s", 50), sample_rate=plan.sample_rate, steps=plan.steps,
                                     delta=delta, accountant=plan.accountant, runs=runs)
@@ -407,47 +403,4 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
             f"alone already cost epsilon = {floor:.4g} (q={sample_rate!r}, delta={delta!r}, {accountant!r}). Use larger "
             f"sigma_perp or sigma_alpha, a smaller s, or a larger target_epsilon.")
 
-    def f(sigma_g: float) -> float:  # decreasing in sigma_g; log makes it nearly linear for the secant steps
-        e = eps(sigma_g)
-        return math.log(e / target) if 0 < e < math.inf else (math.inf if e > 0 else -math.inf)
-
-    # Bracket [lo, hi] with f(lo) > 0 >= f(hi), starting from sigma_g = 1 and doubling or halving.
-    x, fx = 1.0, f(1.0)
-    if fx > 0:
-        lo, f_lo = x, fx
-        hi, f_hi = 2 * x, f(2 * x)
-        while f_hi > 0:
-            if hi >= MAX_NOISE_MULTIPLIER:
-                raise ValueError(f"target_epsilon={target!r} needs sigma_g > {MAX_NOISE_MULTIPLIER:g}; the DP-SGD "
-                                 "steps cannot be made cheap enough")
-            lo, f_lo = hi, f_hi
-            hi = min(2 * hi, MAX_NOISE_MULTIPLIER)
-            f_hi = f(hi)
-    else:
-        hi, f_hi = x, fx
-        lo, f_lo = x / 2, f(x / 2)
-        while f_lo <= 0:
-            hi, f_hi = lo, f_lo
-            lo = lo / 2
-            f_lo = f(lo)
-    # Illinois (regula falsi that halves the stale end's value), falling back to bisection; keeps the bracket and
-    # stops once epsilon(hi) is within epsilon_tolerance below the target.
-    stale = 0
-    for _ in range(200):
-        if target * (1 - math.exp(f_hi)) <= tol or hi - lo <= 1e-12 * hi:
-            break
-        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo) if math.isfinite(f_lo) else (lo + hi) / 2
-        if not lo < x < hi:
-            x = (lo + hi) / 2
-        fx = f(x)
-        if fx <= 0:
-            hi, f_hi = x, fx
-            stale = stale + 1 if stale >= 0 else 1
-            if stale >= 2 and math.isfinite(f_lo):
-                f_lo /= 2
-        else:
-            lo, f_lo = x, fx
-            stale = stale - 1 if stale <= 0 else -1
-            if stale <= -2:
-                f_hi /= 2
-    return hi
+    return calibrate_scale(eps, target, epsilon_tolerance=tol, name="sigma_g")
