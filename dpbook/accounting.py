@@ -281,10 +281,11 @@ def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
         sample_rate: q = B/N, the Poisson sampling probability, in (0, 1].
         steps: T, the number of releases; an integer >= 0 (0 gives 0.0).
         delta: in (0, 1).
-        accountant: ``"rdp"`` (Renyi DP with Opacus's orders) or ``"prv"`` (numerical, tighter).
+        accountant: ``"rdp"`` (Renyi DP, orders grown until the optimum is interior) or ``"prv"`` (numerical,
+            tighter).
 
-    With the RDP accountant, Opacus warns "Optimal order is the largest alpha" when the best order is 63, the
-    end of its grid: the bound is then loose (it cannot go below about 0.1 at delta = 1e-5), use ``"prv"``.
+    The RDP orders grow past Opacus's 63 until the best one is interior (:func:`rdp_optimum`); an optimum at the
+    grown grid's end (alpha = 65,536 or 1.01) raises a ValueError instead of returning a loose bound.
 
     >>> round(epsilon(noise_multiplier=1.5, sample_rate=0.04, steps=2250, delta=1e-5), 4)
     7.3291

@@ -380,7 +380,7 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
             ``"lt"`` (Theorem 1: sigma for one run at :func:`per_run_budget`). See :data:`PROTOCOLS`.
         accountant: ``"rdp"`` (the paper's) or ``"prv"``. Under ``"lt"`` PRV fails at delta_1 ~ 1e-17.
         epsilon_tolerance: passed to :func:`dpbook.accounting.noise_multiplier` (which also narrows sigma itself
-            to 0.1 %); the default 0.01 matches Opacus's ``get_noise_multiplier``.
+            to 1 %); the default 0.01 matches Opacus's ``get_noise_multiplier``.
 
     With G = 1 every protocol gives the single-run sigma (nothing is selected). sigma grows with G under "rdp"
     (about like sqrt(G)) and, far more slowly, under "lt" (through ln(1/delta_1), delta_1 ~ 1/G^2).
@@ -516,8 +516,8 @@ class GridSearchResult:
     """All runs of a charged search, the best one, and the privacy it was charged (a :class:`TuningPlan`).
 
     ``composed_epsilon`` composes *every run actually made* with the plan's accountant at the total delta. That
-    is an honest upper bound for any protocol. Under "lt" it is large: Theorem 1 is what makes the random
-    number of runs cheap.
+    is an honest upper bound for any protocol. Under "lt" it counts every run at delta rather than at Theorem 1's
+    delta_1, so it is not what the protocol charges: Theorem 1 is what makes the random number of runs cheap.
     """
 
     plan: TuningPlan
