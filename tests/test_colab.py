@@ -20,6 +20,9 @@ def test_first_code_cell_is_the_setup_cell(path):
     first = next(c for c in cells if c["cell_type"] == "code")
     assert "".join(first["source"]) == SETUP_CELL, (
         f"{path.name}: the first code cell must be dpbook.colab.SETUP_CELL; run tools/stamp_setup_cell.py")
+    assert first["metadata"].get("tags") == ["remove-cell"], (
+        f"{path.name}: the set-up cell is for Colab only and stays out of the rendered book (tag remove-cell); "
+        "run tools/stamp_setup_cell.py")
 
 
 def test_setup_cell_clones_the_books_repository():

@@ -1,0 +1,29 @@
+"""Sphinx extension: what every page of the book needs beyond the theme's defaults.
+
+- sphinx-thebe registers its inline configuration script (``const THEBE_JS_URL = ...``) once per build of the
+  environment; in Jupyter Book's build it lands twice on every page and the browser reports "Identifier
+  'THEBE_JS_URL' has already been declared" (sphinx-togglebutton's selector is doubled the same way). Each
+  distinct script is kept once, in its first position.
+"""
+
+from __future__ import annotations
+
+
+def _script_key(script) -> tuple:
+    # An inline script is registered with filename None by one extension and '' by another: the same script.
+    return (getattr(script, "filename", script) or None, tuple(sorted(getattr(script, "attributes", {}).items())))
+
+
+def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        key = _script_key(script)
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
+def setup(app):
+    app.connect("html-page-context", _unique_scripts, priority=100)  # first: a handler may end the event
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
