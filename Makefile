@@ -1,6 +1,8 @@
 # dpbook: two commands do all the set-up on a machine that has python3 (>= 3.10), make and git.
 #   make test   create .venv if missing, install, run the whole test suite
 #   make book   create .venv if missing, install, execute the notebooks (cached), build the HTML book
+#   make check  everything CI checks: the test suite, the book build, then every page of the book in headless
+#               Chromium (`make browser`; needs Debian's chromium: apt-get install chromium)
 # Override the interpreter with `make PYTHON=python3.12 test`.
 
 PYTHON ?= python3
@@ -9,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.dpbook-installed
 PYTEST_ARGS ?=
 
-.PHONY: test book install bench digits clean clean-book
+.PHONY: test book browser check install bench digits clean clean-book
 
 install: $(STAMP)
 
@@ -37,6 +39,17 @@ test: $(STAMP)
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 	@echo "dpbook: the book is at $(CURDIR)/_build/html/index.html"
+
+# Every page of the built book opened in headless Chromium, network off; screenshots in _build/screenshots/.
+browser: book
+	$(PY) -m pytest tests/browser $(PYTEST_ARGS)
+
+# The whole check, stage by stage, with the time of each stage.
+check: $(STAMP)
+	@set -e; for stage in test book browser; do \
+	  start=$$(date +%s); $(MAKE) --no-print-directory $$stage; \
+	  echo "check: make $$stage took $$(( $$(date +%s) - start )) s"; \
+	done
 
 bench: $(STAMP)
 	$(PY) -m dpbook.bench

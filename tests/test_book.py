@@ -37,7 +37,8 @@ def test_offline_mathjax_extension_serves_mathjax_from_static(tmp_path):
 
 def test_book_config_uses_the_extension_and_the_execution_cache():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    assert config["sphinx"]["local_extensions"] == {"offline_mathjax": "book/_ext"}
+    assert config["sphinx"]["local_extensions"] == {"offline_mathjax": "book/_ext", "page_fixes": "book/_ext"}
+    assert config["sphinx"]["config"]["nb_render_markdown_format"] == "myst"  # Markdown tables become HTML tables
     assert config["execute"]["execute_notebooks"] == "cache"
     assert config["repository"]["url"].startswith("https://github.com/")
     assert config["launch_buttons"]["colab_url"] == "https://colab.research.google.com"

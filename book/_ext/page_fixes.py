@@ -15,13 +15,17 @@ def _script_key(script) -> tuple:
 
 
 def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
+    scripts = context.get("script_files")
+    if not isinstance(scripts, list):
+        return
     seen, unique = set(), []
-    for script in context.get("script_files", []):
+    for script in scripts:
         key = _script_key(script)
         if key not in seen:
             seen.add(key)
             unique.append(script)
-    context["script_files"] = unique
+    # In place: the list is the builder's own, to which later handlers (sphinx.ext.mathjax) still add.
+    scripts[:] = unique
 
 
 def setup(app):

@@ -1,0 +1,351 @@
+"""Open the built book's pages in a real headless Chromium, as a reader would, and list what is wrong with each.
+
+``check_page`` returns a list of :class:`Defect` (kind, page, detail); an empty list is a page with no defect.
+The kinds are stable names, so that a test can assert that a deliberately broken page is caught for the right
+reason (``tests/browser/test_teeth.py``). The browser runs with the network off: any request that leaves the file
+system is a defect, so the page must carry its own MathJax and fonts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen: the page must fit it without horizontal scrolling
+MIN_FIGURE_SCALE = 0.7  # a figure shown below 70 % of its size has text too small to read (10 pt at 100 dpi -> < 10 px)
+MAX_VISIBLE_CODE_LINES = 30  # longer code is bookkeeping or plotting: hide it behind a toggle (cell tag hide-input)
+MIN_OPENING_CHARS = 120  # the paragraph under the title that says what the reader learns
+
+# Python escapes that eat the backslash of a LaTeX command in a normal (non-raw) string: "\rVert" becomes a carriage
+# return and "Vert", "\frac" a form feed and "rac". In TeX, what is left after whitespace or a control character:
+_ESCAPE_CASUALTY = re.compile(
+    r"(?:^|[\s\x07\x08\x0b\x0c{(])(lpha|pprox|eta|ar|ig|oldsymbol|rac|abla|eq|orm|ho|ight|angle|au|heta|ext|imes"
+    r"|ilde|Vert|ert|arepsilon|ec|ewline)(?![A-Za-z])"
+)
+_CONTROL = re.compile(r"[\x07\x08\x0b\x0c]")
+_PIPE_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\||^\s*\|.*\|.*\|\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class Defect:
+    kind: str
+    page: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.kind}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of the book: its document name in ``_toc.yml`` and its source file."""
+
+    docname: str
+    source: Path
+
+    @property
+    def is_notebook(self) -> bool:
+        return self.source.suffix == ".ipynb"
+
+    def html(self, html_root: Path) -> Path:
+        return html_root / f"{self.docname}.html"
+
+
+def find_chromium() -> str:
+    """The system Chromium (Debian's ``chromium`` package), or the one named by ``DPBOOK_CHROMIUM``."""
+    for candidate in (os.environ.get("DPBOOK_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if candidate and (path := shutil.which(candidate)):
+            return path
+    raise FileNotFoundError(
+        "the browser tests need Chromium and found none on PATH: install it with 'apt-get install chromium' "
+        "(Debian/Ubuntu; '.ci/run' does it), or point DPBOOK_CHROMIUM at a Chromium or Chrome executable"
+    )
+
+
+def book_pages(root: Path = ROOT) -> list[Page]:
+    """Every page ``_toc.yml`` lists, in reading order."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    names = [toc["root"]] + [ch["file"] for part in toc.get("parts", []) for ch in part["chapters"]]
+    pages = []
+    for name in names:
+        sources = [root / f"{name}{ext}" for ext in (".ipynb", ".md")]
+        pages.append(Page(name, next(s for s in sources if s.exists())))
+    return pages
+
+
+def colab_link(page: Page, root: Path = ROOT) -> str:
+    """The Colab launch URL the book must show, derived from ``_config.yml`` exactly as Jupyter Book does."""
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    repo, launch = config["repository"], config["launch_buttons"]
+    owner_repo = urlsplit(repo["url"]).path.strip("/")
+    path = "/".join(p for p in (repo.get("path_to_book", "").strip("/"), f"{page.docname}.ipynb") if p)
+    return f"{launch['colab_url'].rstrip('/')}/github/{owner_repo}/blob/{repo.get('branch', 'main')}/{path}"
+
+
+@lru_cache(maxsize=None)
+def _ids(html_file: Path) -> frozenset[str]:
+    text = html_file.read_text(errors="replace")
+    return frozenset(re.findall(r'\s(?:id|name)="([^"]+)"', text))
+
+
+def _local_target(href: str) -> tuple[Path, str] | None:
+    parts = urlsplit(href)
+    if parts.scheme != "file":
+        return None
+    return Path(unquote(parts.path)), unquote(parts.fragment)
+
+
+_PAGE_FACTS = r"""
+() => {
+  const main = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const visible = el => !!(el.offsetParent || el.getClientRects().length);
+  const skip = 'pre, code, script, style, textarea, mjx-container, .math, .highlight, mjx-assistive-mml';
+  const texts = [];
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (!n.parentElement.closest(skip) && n.textContent.trim()) texts.push(n.textContent);
+  }
+  const mathItems = (window.MathJax && MathJax.startup && MathJax.startup.document)
+      ? Array.from(MathJax.startup.document.math).map(m => m.math) : [];
+  const imgs = Array.from(main.querySelectorAll('img')).map(img => {
+    const fig = img.closest('figure');
+    return {src: img.getAttribute('src') || '', alt: img.getAttribute('alt') || '', complete: img.complete,
+            natural: img.naturalWidth, shown: img.getBoundingClientRect().width, visible: visible(img),
+            caption: fig && fig.querySelector('figcaption') ? fig.querySelector('figcaption').textContent.trim() : ''};
+  });
+  const code = Array.from(main.querySelectorAll('div.cell_input pre, div.highlight pre'))
+      .filter(pre => !pre.closest('.cell_output') && visible(pre))
+      .map(pre => ({lines: pre.textContent.replace(/\n$/, '').split('\n').length,
+                    first: pre.textContent.split('\n')[0].slice(0, 80),
+                    overflow: pre.scrollWidth - pre.clientWidth}));
+  const box = main.getBoundingClientRect();
+  const tables = Array.from(main.querySelectorAll('table')).map(t => {
+    let scroller = false;
+    for (let el = t.parentElement; el && el !== main; el = el.parentElement) {
+      const ox = getComputedStyle(el).overflowX;
+      if ((ox === 'auto' || ox === 'scroll') && el.getBoundingClientRect().right <= box.right + 1) scroller = true;
+    }
+    return {right: t.getBoundingClientRect().right, scroller, head: t.textContent.trim().slice(0, 60)};
+  });
+  const h1 = main.querySelector('h1');
+  let opening = '';
+  if (h1) {
+    let el = h1.nextElementSibling;
+    while (el && (el.tagName === 'SPAN' || el.classList.contains('toctree-wrapper') && false)) el = el.nextElementSibling;
+    if (el && el.tagName === 'DIV' && el.classList.contains('cell') && el.classList.contains('tag_remove-cell')) el = el.nextElementSibling;
+    opening = el ? (el.tagName === 'P' ? el.textContent.trim() : `<${el.tagName.toLowerCase()} class="${el.className}">`) : '';
+  }
+  return {
+    texts, mathItems,
+    unTypeset: Array.from(main.querySelectorAll('.math')).filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80)),
+    mathErrors: Array.from(document.querySelectorAll('mjx-merror')).map(e => e.getAttribute('data-mjx-error') || e.textContent),
+    paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+    imgs, code, tables, mainRight: box.right, opening,
+    pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth,
+  };
+}
+"""
+
+_WAIT_MATHJAX = r"""
+async () => {
+  if (!document.querySelector('script[src*="mathjax"]')) return 'none';
+  for (let i = 0; i < 400 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
+    await new Promise(r => setTimeout(r, 25));
+  if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return 'not loaded';
+  await MathJax.startup.promise;
+  return 'done';
+}
+"""
+
+
+class BookBrowser:
+    """A headless Chromium with the network off, opening one page at a time."""
+
+    def __init__(self, playwright, executable: str | None = None):
+        self.browser = playwright.chromium.launch(executable_path=executable or find_chromium(),
+                                                  args=["--no-sandbox", "--disable-gpu"])
+
+    def close(self) -> None:
+        self.browser.close()
+
+    def sidebar_links(self, html_file: Path) -> set[Path]:
+        """The files the book's navigation sidebar links to, on the page ``html_file`` leads to (redirects followed)."""
+        context = self.browser.new_context(viewport=VIEWPORT)
+        try:
+            page = context.new_page()
+            page.goto(html_file.resolve().as_uri(), wait_until="load")
+            page.wait_for_selector("nav.bd-docs-nav", state="attached")
+            hrefs = page.eval_on_selector_all("nav.bd-docs-nav a[href]", "links => links.map(a => a.href)")
+            here = _local_target(page.url)
+        finally:
+            context.close()
+        targets = {t[0].resolve() for t in map(_local_target, hrefs) if t}
+        return targets | ({here[0].resolve()} if here else set())
+
+    def check_page(self, html_file: Path, *, name: str, notebook: Path | None = None, colab: str | None = None,
+                   screenshot: Path | None = None) -> list[Defect]:
+        """Open ``html_file`` and return its defects; for a notebook page also check the Colab launch link
+        (``colab``) and the download buttons (the ``.ipynb`` download must be the notebook ``notebook``)."""
+        defects: list[Defect] = []
+
+        def add(kind: str, detail: str) -> None:
+            defects.append(Defect(kind, name, detail))
+
+        context = self.browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+        try:
+            def route(r):
+                url = r.request.url
+                if url.split(":", 1)[0] in ("file", "data", "blob", "about"):
+                    r.continue_()
+                else:
+                    add("network-request", f"the page requested {url} (the book must work offline)")
+                    r.abort()
+
+            context.set_offline(True)
+            context.route("**/*", route)
+            page = context.new_page()
+            page.on("console", lambda m: m.type == "error" and add("console-error", m.text))
+            page.on("pageerror", lambda e: add("console-error", str(e)))
+            page.on("requestfailed",
+                    lambda r: r.url.startswith("file:") and add("request-failed", f"{r.url}: {r.failure}"))
+            page.goto(html_file.resolve().as_uri(), wait_until="load")
+            state = page.evaluate(_WAIT_MATHJAX)
+            if state == "not loaded":
+                add("math-error", "MathJax did not load")
+            elif state == "none" and page.locator(".math").count():
+                add("math-error", "the page has formulas but no MathJax script")
+            page.wait_for_timeout(100)
+            facts = page.evaluate(_PAGE_FACTS)
+            self._check_math(facts, add)
+            self._check_text(facts, add)
+            self._check_images(facts, add)
+            self._check_links(facts, html_file, add)
+            self._check_layout(facts, add)
+            if notebook is not None:
+                self._check_buttons(page, notebook, colab, add)
+            if screenshot is not None:
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            context.close()
+        return defects
+
+    @staticmethod
+    def _check_math(facts, add) -> None:
+        for message in facts["mathErrors"]:
+            add("math-error", f"MathJax could not typeset a formula: {message}")
+        for source in facts["unTypeset"]:
+            add("raw-math", f"a formula was not typeset: {source!r}")
+        for tex in facts["mathItems"]:
+            if _CONTROL.search(tex) or (m := _ESCAPE_CASUALTY.search(tex)):
+                add("escape-casualty", f"a LaTeX command lost its backslash to a Python escape (use a raw string "
+                                       f"r'...'): {tex[:120]!r}")
+
+    @staticmethod
+    def _check_text(facts, add) -> None:
+        for text in facts["texts"]:
+            for pattern in ("$$", r"\(", r"\)", r"\[", r"\]", r"\begin{", r"\frac"):
+                if pattern in text:
+                    add("raw-math", f"TeX left in the text ({pattern}): {text.strip()[:100]!r}")
+                    break
+            else:
+                if re.search(r"\$[^\s$][^$\n]*\$", text):
+                    add("raw-math", f"$...$ left in the text: {text.strip()[:100]!r}")
+        for text in facts["paragraphs"]:
+            if _PIPE_TABLE.search(text):
+                add("pipe-table", f"a Markdown table shown as a paragraph of pipes: {text.strip()[:100]!r}")
+
+    @staticmethod
+    def _check_images(facts, add) -> None:
+        for img in facts["imgs"]:
+            src = img["src"]
+            if not img["complete"] or img["natural"] == 0:
+                add("image-not-loaded", f"image {src} did not load")
+                continue
+            alt = img["alt"].strip()
+            if not img["caption"] and (not alt or alt == src or alt.endswith(Path(src).name)):
+                add("image-no-alt", f"image {src} has neither alt text nor a caption")
+            if img["visible"] and img["shown"] < MIN_FIGURE_SCALE * img["natural"]:
+                add("figure-downscaled", f"image {src} is {img['natural']} px wide but shown at {img['shown']:.0f} px "
+                                         f"({img['shown'] / img['natural']:.0%}): its text is too small to read; make "
+                                         f"the figure narrower (stack the panels) or the cell full-width")
+
+    @staticmethod
+    def _check_links(facts, html_file: Path, add) -> None:
+        here = html_file.resolve()
+        for href in facts["links"]:
+            target = _local_target(href)
+            if target is None:
+                continue
+            path, fragment = target
+            if path.is_dir():
+                path = path / "index.html"
+            if not path.exists():
+                add("dead-link", f"link to {href} (no such file)")
+            elif fragment and path.suffix == ".html" and fragment not in _ids(path):
+                where = "this page" if path == here else path.name
+                add("dead-anchor", f"link to #{fragment}: no such anchor in {where}")
+
+    @staticmethod
+    def _check_layout(facts, add) -> None:
+        if facts["pageWidth"] > facts["viewWidth"] + 1:
+            add("page-overflow", f"the page is {facts['pageWidth']} px wide in a {facts['viewWidth']} px window")
+        for table in facts["tables"]:
+            if table["right"] > facts["mainRight"] + 1 and not table["scroller"]:
+                add("table-overflow", f"a table runs past the text column: {table['head']!r}")
+        for block in facts["code"]:
+            if block["overflow"] > 1:
+                add("code-overflow", f"visible code runs off the right edge: {block['first']!r}")
+            if block["lines"] > MAX_VISIBLE_CODE_LINES:
+                add("code-too-long", f"{block['lines']} lines of visible code (more than {MAX_VISIBLE_CODE_LINES}; "
+                                     f"hide bookkeeping and plotting with the cell tag hide-input): {block['first']!r}")
+        if len(facts["opening"]) < MIN_OPENING_CHARS or facts["opening"].startswith("<"):
+            add("no-opening-paragraph", f"the page does not open with a paragraph saying what the reader learns: "
+                                        f"after the title comes {facts['opening'][:80]!r}")
+
+    @staticmethod
+    def _check_buttons(page, notebook: Path, colab: str | None, add) -> None:
+        launch = page.locator(".dropdown-launch-buttons button.dropdown-toggle")
+        if colab is not None:
+            link = page.locator(f'a[href="{colab}"]')
+            if launch.count() == 0 or link.count() == 0:
+                add("colab-missing", f"no Colab launch button to {colab}")
+            else:
+                launch.first.click()
+                if not link.first.is_visible():
+                    add("colab-missing", "the Colab launch button does not show when the launch menu is opened")
+                page.keyboard.press("Escape")
+        menu = page.locator(".dropdown-download-buttons button.dropdown-toggle")
+        source = page.locator("a.btn-download-source-button")
+        if menu.count() == 0 or source.count() == 0:
+            add("download-broken", "no download button for the notebook")
+            return
+        menu.first.click()
+        with page.context.expect_page() as popup:
+            source.first.click()
+        downloaded = popup.value
+        downloaded.wait_for_load_state()
+        target = _local_target(downloaded.url)
+        try:
+            got = nbformat.reads(target[0].read_text(), as_version=4) if target and target[0].exists() else None
+        except (json.JSONDecodeError, nbformat.reader.NotJSONError):
+            got = None
+        if got is None or got.cells != nbformat.read(notebook, as_version=4).cells:
+            add("download-broken", f"the .ipynb download ({downloaded.url}) is not the notebook {notebook.name}")
+        downloaded.close()
+        page.evaluate("() => { window.__printed = false; window.print = () => { window.__printed = true; }; }")
+        menu.first.click()
+        page.locator("button.btn-download-pdf-button").first.click()
+        if not page.evaluate("() => window.__printed"):
+            add("download-broken", "the .pdf button does not open the print dialog")
