@@ -1,4 +1,5 @@
-"""Plot conventions shared by every chapter: one colour per method across the whole book, labelled axes."""
+"""Plot conventions shared by every chapter: one colour per method across the whole book, labelled axes, and
+figures sized for the book's text column (panels stacked in rows, one legend outside the data)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,45 @@ def annotate_empty(ax, text: str = "not run yet", **text_kwargs):
     """
     style = dict(ha="center", va="center", color="0.45", fontsize=13) | text_kwargs
     return ax.text(0.5, 0.5, text, transform=ax.transAxes, **style)
+
+
+#: Widest figure (inches, at matplotlib's 100 dpi) that the book's text column shows at 70 % or more of its size.
+PAGE_WIDTH = 11.0
+
+
+def panel_grid(n: int, *, height: float = 4.4, columns: int = 2):
+    """A figure of ``n`` panels, ``columns`` per row, at most :data:`PAGE_WIDTH` wide (constrained layout), and the
+    list of its ``n`` axes: panels are stacked in rows rather than squeezed into one.
+
+    >>> fig, axs = panel_grid(3)
+    >>> len(axs), fig.get_size_inches().tolist()
+    (3, [11.0, 8.8])
+    >>> plt.close("all")
+    """
+    rows, cols = -(-n // columns), min(n, columns)
+    width = PAGE_WIDTH if cols > 1 else 6.5
+    fig, axs = plt.subplots(rows, cols, figsize=(width, height * rows), squeeze=False, layout="constrained")
+    for ax in axs.flat[n:]:
+        ax.remove()
+    return fig, list(axs.flat[:n])
+
+
+def legend_below(fig, axs, *, ncols: int = 3, **legend_kwargs):
+    """One legend for all the panels ``axs``, below them and outside the data (labels repeated across panels appear
+    once). Needs a figure with constrained layout (:func:`panel_grid`, or ``plt.subplots(..., layout="constrained")``).
+
+    >>> fig, axs = panel_grid(2)
+    >>> for ax in axs:
+    ...     _ = ax.plot([0, 1], [0, 1], label="dpsgd")
+    >>> [t.get_text() for t in legend_below(fig, axs).get_texts()]
+    ['dpsgd']
+    >>> plt.close("all")
+    """
+    labelled = {}
+    for ax in axs:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            labelled.setdefault(text, handle)
+    if not labelled:
+        return None
+    return fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", ncols=ncols,
+                      **legend_kwargs)
