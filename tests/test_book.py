@@ -9,6 +9,7 @@ import sys
 import tokenize
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
@@ -102,3 +103,33 @@ def test_latex_survives_python_strings(path):
             problems += [f"cell {i}: write {s}... as a raw string r\"...\"" for s in non_raw_latex(code)]
         problems += [f"cell {i}: an escape ate a backslash before {m.group(1)!r}" for m in ESCAPE_REMAINS.finditer(source)]
     assert not problems, f"{path.name}: {problems}"
+
+
+#: What the book shows of a notebook's code: a visible code cell fits the text column of a 1440 px window (13 px code,
+#: ``book/_static/dpbook.css``; the browser tests in ``tests/browser`` measure it) and does not fill the page.
+MAX_CODE_WIDTH, MAX_CODE_LINES = 95, 30
+HIDDEN = {"hide-input", "remove-input", "remove-cell", "hide-cell"}
+
+
+def visible_code_problems(nb) -> list[str]:
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or HIDDEN & set(cell.metadata.get("tags", [])):
+            continue
+        lines = cell.source.splitlines()
+        wide = [n for n, line in enumerate(lines, 1) if len(line) > MAX_CODE_WIDTH]
+        if wide:
+            problems.append(f"cell {index} ({lines[0][:40]!r}): lines {wide} are longer than {MAX_CODE_WIDTH} characters")
+        if len(lines) > MAX_CODE_LINES and "parameters" not in cell.metadata.get("tags", []):
+            problems.append(f"cell {index} ({lines[0][:40]!r}): {len(lines)} lines (more than {MAX_CODE_LINES})")
+    return problems
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_visible_code_fits_the_page(path):
+    """The code a reader sees is the code that teaches: short lines, short cells (the parameters cell, which
+    documents every knob of a reproduction, may be longer). Bookkeeping and plotting code is behind a toggle (cell
+    tag ``hide-input``), the Colab set-up cell is not in the book (``remove-cell``)."""
+    problems = visible_code_problems(nbformat.read(path, as_version=4))
+    assert not problems, (f"{path.name}: wrap the lines, split the cell, or hide bookkeeping and plotting code with "
+                          f"the cell tag hide-input:\n  " + "\n  ".join(problems))

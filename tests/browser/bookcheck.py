@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen: the page must fit it without horizontal scrolling
 MIN_FIGURE_SCALE = 0.7  # a figure shown below 70 % of its size has text too small to read (10 pt at 100 dpi -> < 10 px)
-MAX_VISIBLE_CODE_LINES = 30  # longer code is bookkeeping or plotting: hide it behind a toggle (cell tag hide-input)
+MAX_VISIBLE_CODE_LINES = 30  # longer code is bookkeeping or plotting: hide it (cell tag hide-input); parameters exempt
 MIN_OPENING_CHARS = 120  # the paragraph under the title that says what the reader learns
 
 # Python escapes that eat the backslash of a LaTeX command in a normal (non-raw) string: "\rVert" becomes a carriage
@@ -127,6 +127,7 @@ _PAGE_FACTS = r"""
       .filter(pre => !pre.closest('.cell_output') && visible(pre))
       .map(pre => ({lines: pre.textContent.replace(/\n$/, '').split('\n').length,
                     first: pre.textContent.split('\n')[0].slice(0, 80),
+                    parameters: !!pre.closest('.tag_parameters'),
                     overflow: pre.scrollWidth - pre.clientWidth}));
   const box = main.getBoundingClientRect();
   const tables = Array.from(main.querySelectorAll('table')).map(t => {
@@ -307,7 +308,7 @@ class BookBrowser:
         for block in facts["code"]:
             if block["overflow"] > 1:
                 add("code-overflow", f"visible code runs off the right edge: {block['first']!r}")
-            if block["lines"] > MAX_VISIBLE_CODE_LINES:
+            if block["lines"] > MAX_VISIBLE_CODE_LINES and not block["parameters"]:
                 add("code-too-long", f"{block['lines']} lines of visible code (more than {MAX_VISIBLE_CODE_LINES}; "
                                      f"hide bookkeeping and plotting with the cell tag hide-input): {block['first']!r}")
         if len(facts["opening"]) < MIN_OPENING_CHARS or facts["opening"].startswith("<"):
