@@ -108,7 +108,10 @@ def _local_target(href: str) -> tuple[Path, str] | None:
 _PAGE_FACTS = r"""
 () => {
   const main = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
-  const visible = el => !!(el.offsetParent || el.getClientRects().length);
+  // Chromium keeps layout boxes inside a closed <details> (its content is only content-visibility: hidden), so
+  // a box is not enough: the element must also lie outside every closed <details> ('Show code' toggles).
+  const visible = el => !!(el.offsetParent || el.getClientRects().length)
+                        && !(el.parentElement && el.parentElement.closest('details:not([open])'));
   const skip = 'pre, code, script, style, textarea, mjx-container, .math, .highlight, mjx-assistive-mml';
   const texts = [];
   const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
