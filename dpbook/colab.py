@@ -1,11 +1,12 @@
 """Running the book's notebooks on Colab: the first cell of every notebook, and what the runtime offers.
 
-Every notebook starts with :data:`SETUP_CELL` (``tools/stamp_setup_cell.py`` writes it, a test checks it). On
+Every notebook starts with :data:`SETUP_CELL` (``tools/stamp_cells.py`` writes it, a test checks it). On
 Colab it clones the book's repository into ``/content/dpbook`` (the recorded results and the papers' tables come
 with it), installs it in editable mode with the ``text`` extra, and works from there. The install keeps Colab's
 own torch: dpbook's requirements are lower bounds (``pyproject.toml``), which Colab's torch already meets.
 Elsewhere (a local clone, the test suite, the book build) the cell changes nothing. It ends by printing
-:func:`runtime_summary`, which says whether a GPU is there and, if not, how to get one.
+:func:`runtime_summary`, which says whether a GPU is there and, if not, how to get one, and by recording the cells
+the notebook runs (:func:`dpbook.params.record_cells`) for the parameter check that follows the parameters cell.
 
 To open a notebook on Colab: the rocket icon of a book page ("Colab"), or
 ``https://colab.research.google.com/github/<owner>/<repo>/blob/main/notebooks/<name>.ipynb``.
@@ -31,7 +32,10 @@ if "google.colab" in sys.modules:
     os.chdir("/content/dpbook/notebooks")
     sys.path.insert(0, "/content/dpbook")
 from dpbook.colab import runtime_summary
-print(runtime_summary())"""
+from dpbook.params import record_cells
+
+print(runtime_summary())
+record_cells()  # what the parameter check, right after the parameters cell, reads the parameters from"""
 
 
 def runtime_summary() -> str:

@@ -1,9 +1,12 @@
-"""Notebook parameters as papermill and the sweep CLI give them, parsed the same way by every reproduction chapter.
+"""Notebook parameters as papermill and the sweep CLI give them, checked and converted the same way by every chapter.
 
-``papermill -p datasets "['mnist']"`` passes a string, ``python -m dpbook.sweep notebook ... --grid
-datasets=mnist,svhn`` one value per execution, and a notebook's own default is a list; a per-dataset parameter may
-be one value for all or a ``{dataset: value}`` dict (also as a string). These helpers turn all of them into plain
-Python values, and refuse unknown names with a message that lists the valid ones.
+``papermill -p seeds "[0, 1]"`` passes a string, ``-p methods dpsgd`` a single value, ``-y``/``-f params.yaml`` real
+lists and dicts, and ``python -m dpbook.sweep notebook ... --grid datasets=mnist,svhn`` one value per execution.
+:func:`notebook_parameters`, called by every notebook in the cell right after its ``parameters`` cell
+(:data:`CHECK_CELL`), turns each of them into the type of the parameter's default (or of its annotation, e.g.
+``datasets: list[str] | None = None``), refuses a value of the wrong type with the parameter's name, and stops a
+misspelt parameter name (papermill itself only warns). A per-dataset parameter may be one value for all or a
+``{dataset: value}`` dict; the helpers below read such values and refuse unknown names listing the valid ones.
 
 >>> listing("mnist,svhn"), listing("['mnist']"), listing(3.0), listing([1, 2], cast=float)
 (['mnist', 'svhn'], ['mnist'], [3.0], [1.0, 2.0])
@@ -14,7 +17,23 @@ Python values, and refuse unknown names with a message that lists the valid ones
 from __future__ import annotations
 
 import ast
+import builtins
+import difflib
+import types
+import typing
 from typing import Any, Callable, Collection, Iterable
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+#: The cell every notebook runs right after its ``parameters`` cell (and papermill's injected one); it stays out of
+#: the rendered book (tag ``remove-cell``). ``tools/stamp_cells.py`` writes it, ``tests/test_colab.py`` checks it.
+CHECK_CELL = (
+    "# The parameters, checked: papermill's -p text becomes each default's type (or the annotation's),\n"
+    "# and a misspelt name stops the run here.\n"
+    "from dpbook.params import notebook_parameters\n"
+    "\n"
+    "notebook_parameters(globals());"
+)
 
 
 def listing(value: Any, cast: Callable[[Any], Any] | None = None) -> list:
@@ -102,3 +121,204 @@ def clean_float(x: Any) -> float:
     (0.3, 0.002, 1.0)
     """
     return float(f"{float(x):.6g}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parameters of a notebook run
+
+
+_CELLS: list[str] = []  # the sources of the cells this kernel ran since record_cells(), in order
+
+
+def record_cells() -> None:
+    """Record the source of every cell the notebook runs from now on (IPython's ``pre_run_cell`` event), so that
+    :func:`notebook_parameters` can read the parameters cell. IPython's own history ``In`` is not enough: nbval
+    runs cells without history. Every notebook's set-up cell (:data:`dpbook.colab.SETUP_CELL`) calls it; outside
+    IPython it does nothing.
+    """
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None and _record not in shell.events.callbacks["pre_run_cell"]:
+        shell.events.register("pre_run_cell", _record)
+
+
+def _record(info) -> None:
+    _CELLS.append(info.raw_cell)
+
+
+def notebook_parameters(namespace: dict, cells: list[str] | None = None) -> dict:
+    """Check and convert the parameters of the running notebook in place; return the ones given from outside.
+
+    Call it (:data:`CHECK_CELL`) in the cell right after the ``parameters`` cell. From the sources of the cells run
+    so far, ``cells`` (default: those :func:`record_cells` recorded, else IPython's history ``In``; the last one is
+    the calling cell), it reads the ``parameters`` cell (assignments only, optionally annotated) and papermill's
+    injected cell (``# Parameters``) when there is one, then:
+
+    - stops when the injected cell names a parameter the notebook does not have, suggesting the closest names;
+    - converts every parameter to its declared type (the annotation, else the type of its default), so that a
+      list may be given as ``"[0, 1]"``, ``"0, 1"``, ``"(0, 1)"`` or one value, a dict as ``"{'mnist': 64}"``, a
+      number as text; a value that cannot be converted is refused with the parameter's name.
+
+    >>> cells = ["", "seeds = [0]\\nlr = 0.1", "# Parameters\\nseeds = '3, 4'\\n", "this cell"]
+    >>> ns = {"In": cells, "seeds": "3, 4", "lr": 0.1}  # what the kernel holds after papermill's -p seeds "3, 4"
+    >>> notebook_parameters(ns), ns["seeds"], ns["lr"]
+    parameters given to this run, as it reads them: seeds = [3, 4]
+    ({'seeds': [3, 4]}, [3, 4], 0.1)
+    >>> ns = {"In": ["", "epochs = 2", "# Parameters\\nepoch = 1\\n", "this cell"], "epochs": 2, "epoch": 1}
+    >>> notebook_parameters(ns)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown parameter 'epoch' (did you mean 'epochs'?); this notebook's parameters: ['epochs']
+    """
+    history = cells if cells is not None else _CELLS or namespace.get("In")
+    if not isinstance(history, list) or len(history) < 2:
+        raise RuntimeError("notebook_parameters reads the cells the notebook ran (dpbook.params.record_cells, "
+                           "called by the notebook's first cell): run the notebook's cells in order")
+    earlier = [cell for cell in history[:-1] if cell.strip()]
+    injected = earlier.pop() if earlier and earlier[-1].lstrip().startswith("# Parameters") else None
+    if not earlier:
+        raise RuntimeError("no parameters cell ran before this one: run the notebook's cells in order")
+    declared, annotations = parameters_cell(earlier[-1])
+    given = list(parameters_cell(injected)[0]) if injected is not None else []
+    unknown = [name for name in given if name not in declared]
+    if unknown:
+        raise ValueError("unknown parameter" + ("s " if len(unknown) > 1 else " ")
+                         + ", ".join(_with_suggestion(name, declared) for name in unknown)
+                         + f"; this notebook's parameters: {list(declared)}")
+    for name, default in declared.items():
+        target = annotations.get(name, infer_type(default))
+        namespace[name] = convert(name, namespace.get(name, default), target)
+    if given:
+        print("parameters given to this run, as it reads them: "
+              + ", ".join(f"{name} = {namespace[name]!r}" for name in given))
+    return {name: namespace[name] for name in given}
+
+
+def parameters_cell(source: str) -> tuple[dict, dict]:
+    """The parameters a cell of assignments defines, with their values, and the annotations it gives them.
+
+    >>> parameters_cell("a = 1  # the first\\nb: list[str] | None = None\\nc, d = 2.0, [a]")
+    ({'a': 1, 'b': None, 'c': 2.0, 'd': [1]}, {'b': list[str] | None})
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        raise RuntimeError(f"the cell before the parameter check is not the parameters cell ({err})") from None
+    names, annotations = [], {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+            annotations[node.target.id] = eval(ast.unparse(node.annotation), _TYPE_NAMES)  # noqa: S307 (own cell)
+        elif isinstance(node, ast.Assign):
+            names += [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            raise RuntimeError("the cell before the parameter check must be the parameters cell (assignments only), "
+                               f"not one with {ast.unparse(node)[:60]!r}: run the notebook's cells in order")
+    values: dict = {}
+    exec(compile(tree, "<parameters>", "exec"), {"__builtins__": builtins}, values)  # noqa: S102 (own cell)
+    return {name: values[name] for name in dict.fromkeys(names)}, annotations
+
+
+_TYPE_NAMES = {"Any": Any, "Optional": typing.Optional, "Union": typing.Union, "Literal": typing.Literal}
+
+
+def infer_type(default: Any) -> Any:
+    """The type a parameter's value must have, read off its default (None: anything).
+
+    >>> infer_type(3), infer_type([0.5, 1]), infer_type({"mnist": [1, 2]}), infer_type([["a", 1]]), infer_type(None)
+    (<class 'int'>, list[float], dict[str, list[int]], list[list[typing.Any]], typing.Any)
+    >>> infer_type([{"K0": 2, "gamma0": 0.5}])  # a record's values keep their own types
+    list[dict[str, typing.Any]]
+    """
+    if default is None:
+        return Any
+    if isinstance(default, tuple):
+        return tuple[_common(infer_type(x) for x in default), ...]
+    if isinstance(default, (list, set)):
+        return type(default)[_common(infer_type(x) for x in default)]
+    if isinstance(default, dict):  # a record like {"K0": 2, "gamma0": 0.5} keeps each value's own type
+        return dict[_common(infer_type(k) for k in default),
+                    _common((infer_type(v) for v in default.values()), numbers=False)]
+    return type(default)
+
+
+def _common(kinds: Iterable, numbers: bool = True) -> Any:
+    """One type for the elements of a default: theirs if they share it, float for a grid of ints and floats."""
+    kinds = set(kinds)
+    if numbers and kinds == {int, float}:
+        return float
+    return kinds.pop() if len(kinds) == 1 else Any
+
+
+def convert(name: str, value: Any, target: Any) -> Any:
+    """``value`` as a ``target`` (a type or annotation), from text or a single value where needed; a ValueError
+    names the parameter.
+
+    >>> convert("seeds", "0, 1", list[int]), convert("methods", "dpsgd", list[str]), convert("figures", 4, list[str])
+    ([0, 1], ['dpsgd'], ['4'])
+    >>> convert("batch_size", "{'mnist': 32}", dict[str, int] | int | None), convert("lr", 1, float)
+    ({'mnist': 32}, 1.0)
+    >>> convert("seeds", "[0, 1.5]", list[int])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: parameter 'seeds' = '[0, 1.5]' must be list[int]: item 1: Input should be a valid integer, ...
+    """
+    if target is Any and not isinstance(value, str):
+        return value
+    try:
+        return _adapter(target).validate_python(_from_text(name, value, target))
+    except ValidationError as err:
+        problems = "; ".join((f"item {'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"]
+                             for e in err.errors()[:3])
+        raise ValueError(f"parameter {name!r} = {value!r} must be {_type_name(target)}: {problems}") from None
+
+
+def _from_text(name: str, value: Any, target: Any) -> Any:
+    """Text or a single value turned into the container ``target`` asks for (Python literal, or comma-separated)."""
+    containers = {typing.get_origin(t) or t for t in _alternatives(target)} & {list, tuple, set, dict}
+    wants_any = any(t is Any for t in _alternatives(target))
+    if isinstance(value, str) and (containers or wants_any):
+        text = value.strip()
+        if text[:1] in "[({":
+            try:
+                return ast.literal_eval(text)
+            except (ValueError, SyntaxError) as err:
+                raise ValueError(f"parameter {name!r} = {value!r} is not a Python literal "
+                                 f"({type(err).__name__}: {err}); write it like {_example(target)}") from None
+        if containers & {list, tuple, set} and not any(t is str for t in _alternatives(target)):
+            return [part.strip() for part in text.split(",") if part.strip()]
+    if containers & {list, tuple, set} and not isinstance(value, (list, tuple, set, dict)) and value is not None:
+        if not any(isinstance(value, t) for t in _alternatives(target) if isinstance(t, type)):
+            return [value]  # one value for a list parameter
+    return value
+
+
+def _alternatives(target: Any) -> tuple:
+    if typing.get_origin(target) in (typing.Union, types.UnionType):
+        return typing.get_args(target)
+    return (target,)
+
+
+_ADAPTERS: dict = {}
+
+
+def _adapter(target: Any) -> TypeAdapter:
+    key = repr(target)
+    if key not in _ADAPTERS:
+        _ADAPTERS[key] = TypeAdapter(target, config=ConfigDict(coerce_numbers_to_str=True))
+    return _ADAPTERS[key]
+
+
+def _type_name(target: Any) -> str:
+    return target.__name__ if isinstance(target, type) else repr(target).replace("typing.", "")
+
+
+def _example(target: Any) -> str:
+    origins = {typing.get_origin(t) for t in _alternatives(target)}
+    return "{'mnist': 64}" if dict in origins else "[0, 1]" if origins & {list, set} else "(0, 1)"
+
+
+def _with_suggestion(name: str, declared: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(declared), n=1)
+    return f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

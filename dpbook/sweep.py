@@ -199,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     digits.add_argument("--results-dir", default=str(results.RESULTS_DIR))
     digits.add_argument("--methods", default=None, help="comma-separated subset of the methods")
     digits.add_argument("--epsilons", default=None, help="comma-separated subset of the budgets")
+    digits.add_argument("--seeds", type=int, default=None, help="seeds per cell (a smaller benchmark; default 5)")
+    digits.add_argument("--epochs", type=int, default=None, help="epochs per run (a smaller benchmark; default 10)")
     nb = sub.add_parser("notebook", help="papermill executions of a notebook over a parameter grid")
     nb.add_argument("notebook")
     nb.add_argument("--grid", action="append", default=[], help="name=v1,v2,... (repeatable)")
@@ -212,8 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         methods = args.methods.split(",") if args.methods else None
         epsilons = [float(e) for e in args.epsilons.split(",")] if args.epsilons else None
+        sizes = {k: v for k, v in (("seeds", args.seeds), ("epochs", args.epochs)) if v is not None}
         summaries = digits_benchmark.run(jobs=args.jobs, results_dir=args.results_dir, methods=methods,
-                                         epsilons=epsilons)
+                                         epsilons=epsilons, **sizes)
     else:
         summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
                                        parse_assignments(args.set, lists=False), output_dir=args.output_dir,

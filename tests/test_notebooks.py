@@ -1,8 +1,11 @@
-"""Every notebook in notebooks/ is a test: papermill runs it with its smoke parameters, then nbval (lax mode)
-re-runs the executed copy and checks that the cells marked ``# NBVAL_CHECK_OUTPUT`` reproduce their outputs.
+"""Every notebook in notebooks/ is a test: papermill's command line runs it with its smoke parameters, typed as a
+shell user types them (``-p seeds "0, 1"``, ``-p cells "[['mnist', 3.0, 'dpsgd']]"``: text, which the notebook's
+parameter check turns into each parameter's type), then nbval (lax mode) re-runs the executed copy and checks that
+the cells marked ``# NBVAL_CHECK_OUTPUT`` reproduce their outputs.
 
 Adding a notebook to notebooks/ is enough for it to be tested. Its smoke parameters live in one place, the
-notebook's own metadata: ``metadata["dpbook"]["smoke_parameters"]`` (a dict passed to papermill's ``-p``).
+notebook's own metadata: ``metadata["dpbook"]["smoke_parameters"]`` (a dict of values; :func:`shell_text` writes
+each as the text after ``-p name``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import papermill
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +35,18 @@ def has_parameters_cell(path: Path) -> bool:
     return any("parameters" in c.get("metadata", {}).get("tags", []) for c in cells)
 
 
-def describe_failure(err: papermill.PapermillExecutionError) -> str:
-    return (f"cell {err.cell_index} (execution count {err.exec_count}) failed with {err.ename}: {err.evalue}\n"
-            f"--- cell source ---\n{err.source}\n--- traceback ---\n" + "\n".join(err.traceback))
+def shell_text(value) -> str:
+    """The text a shell user types after ``-p name``: a flat list comma-separated (``0, 1``; one element alone,
+    ``0``), anything else as its Python literal (``[['mnist', 'mnist_cnn']]``, ``{'mnist': 32}``, ``True``).
+
+    >>> shell_text([0, 1]), shell_text(["dpsgd"]), shell_text([["mnist", 3.0]]), shell_text({"a": 1}), shell_text(2.0)
+    ('0, 1', 'dpsgd', "[['mnist', 3.0]]", "{'a': 1}", '2.0')
+    """
+    if isinstance(value, str):
+        return value
+    scalars = isinstance(value, list) and value and all(
+        isinstance(v, (int, float, str)) and not isinstance(v, bool) and "," not in str(v) for v in value)
+    return ", ".join(map(str, value)) if scalars else repr(value)
 
 
 def test_there_are_notebooks():
@@ -48,13 +59,11 @@ def test_notebook(path: Path):
     assert has_parameters_cell(path), f"{path.name} has no cell tagged 'parameters'"
     EXECUTED.mkdir(parents=True, exist_ok=True)
     out = EXECUTED / path.name
-    try:
-        papermill.execute_notebook(
-            str(path), str(out), parameters=smoke_parameters(path), kernel_name="python3",
-            cwd=str(path.parent), progress_bar=False, log_output=False,
-        )
-    except papermill.PapermillExecutionError as err:
-        pytest.fail(f"{path.name}: {describe_failure(err)}", pytrace=False)
+    options = [arg for name, value in smoke_parameters(path).items() for arg in ("-p", name, shell_text(value))]
+    run = subprocess.run([sys.executable, "-m", "papermill", str(path), str(out), "-k", "python3", "--cwd",
+                          str(path.parent), "--no-progress-bar", *options], capture_output=True, text=True)
+    if run.returncode != 0:
+        pytest.fail(f"{path.name}: papermill {' '.join(options)} failed:\n{run.stderr[-4000:]}", pytrace=False)
     # nbval re-executes the papermill output (smoke parameters included) and compares the checked cells.
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "--no-header",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpbook.params import check_known, clean_float, listing, mapping, optional_listing, per_dataset
+from dpbook.params import (CHECK_CELL, check_known, clean_float, listing, mapping, notebook_parameters,
+                           optional_listing, per_dataset)
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -42,3 +43,130 @@ def test_unknown_names_are_refused_with_the_valid_ones():
 def test_clean_floats_give_one_result_key_per_grid_value():
     assert clean_float(0.1 * 3) == 0.3 and clean_float("1e-3") == 0.001 and clean_float(2) == 2.0
     assert clean_float(1 / 3) == 0.333333 and isinstance(clean_float(1), float)
+
+
+# --- notebook_parameters: the check cell every notebook runs right after its parameters cell -------------------
+
+PARAMETERS = '''seeds = [0, 1]          # a list of int
+methods = ["dpsgd"]     # a list of str
+epsilon = 4.0
+epochs = 2
+batch_size: dict[str, int] | int | None = None   # annotated: one value, a per-dataset dict, or None
+smoke = False
+'''
+
+
+def run_check(injected: dict | None) -> dict:
+    """What the kernel holds after the parameters cell and papermill's injected cell ran, then the check."""
+    from papermill.translators import translate_parameters
+
+    namespace: dict = {}
+    exec(PARAMETERS, namespace)
+    cells = ["", PARAMETERS]
+    if injected is not None:
+        cell = translate_parameters("python3", "python", injected)
+        exec(cell, namespace)
+        cells.append(cell)
+    namespace["In"] = cells + [CHECK_CELL]
+    notebook_parameters(namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[3, 4]", [3, 4]), ("(3, 4)", [3, 4]), ("3, 4", [3, 4]), ("3", [3]), ([3, 4], [3, 4]), (3, [3]),
+    ("[3.0]", [3]),
+])
+def test_a_list_parameter_in_every_form(text, expected):
+    assert run_check({"seeds": text})["seeds"] == expected
+
+
+def test_single_names_and_text_numbers_become_the_defaults_types():
+    ns = run_check({"methods": "dpsgd", "epsilon": "8", "epochs": 3.0, "smoke": "true"})
+    assert ns["methods"] == ["dpsgd"] and ns["epsilon"] == 8.0 and isinstance(ns["epsilon"], float)
+    assert ns["epochs"] == 3 and isinstance(ns["epochs"], int) and ns["smoke"] is True
+    assert run_check({"methods": "dpsgd, dpdr"})["methods"] == ["dpsgd", "dpdr"]
+
+
+def test_an_annotated_parameter_takes_each_of_its_forms():
+    assert run_check({"batch_size": "{'mnist': 32}"})["batch_size"] == {"mnist": 32}
+    assert run_check({"batch_size": {"mnist": "32"}})["batch_size"] == {"mnist": 32}  # -y / -f give dicts
+    assert run_check({"batch_size": 64})["batch_size"] == 64
+    assert run_check({"batch_size": None})["batch_size"] is None
+
+
+def test_without_papermill_the_defaults_stand():
+    ns = run_check(None)
+    assert ns["seeds"] == [0, 1] and ns["batch_size"] is None
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"seeds": "[0, 1.5]"}, r"parameter 'seeds' = '\[0, 1.5\]' must be list\[int\]: item 1: .*fractional"),
+    ({"seeds": "a, b"}, r"parameter 'seeds' = 'a, b' must be list\[int\]: item 0: .*integer"),
+    ({"seeds": "[0, 1"}, r"parameter 'seeds' = '\[0, 1' is not a Python literal .*write it like \[0, 1\]"),
+    ({"epsilon": "four"}, r"parameter 'epsilon' = 'four' must be float"),
+    ({"epochs": 2.5}, r"parameter 'epochs' = 2.5 must be int"),
+    ({"batch_size": "{'mnist': 'x'}"}, r"parameter 'batch_size' = .* must be dict\[str, int\] \| int \| None"),
+    ({"epoch": 1}, r"unknown parameter 'epoch' \(did you mean 'epochs'\?\); this notebook's parameters: "
+                   r"\['seeds', 'methods', 'epsilon', 'epochs', 'batch_size', 'smoke'\]"),
+    ({"sedes": 1, "xyz": 2}, r"unknown parameters 'sedes' \(did you mean 'seeds'\?\), 'xyz'; this notebook's"),
+])
+def test_a_wrong_value_or_name_is_refused_naming_the_parameter(given, message):
+    with pytest.raises(ValueError, match=message):
+        run_check(given)
+
+
+def test_the_check_must_follow_the_parameters_cell():
+    with pytest.raises(RuntimeError, match="must be the parameters cell"):
+        notebook_parameters({"In": ["", "x = 1\nprint(x)", CHECK_CELL]})
+    with pytest.raises(RuntimeError, match="run the notebook.s cells in order"):
+        notebook_parameters({})
+
+
+NOTEBOOK_CELLS = [("parameters", PARAMETERS), (None, CHECK_CELL),
+                  (None, "print(repr((seeds, methods, epsilon, epochs, batch_size, smoke)))")]
+
+
+@pytest.fixture(scope="module")
+def tiny_notebook(tmp_path_factory):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    for tag, source in NOTEBOOK_CELLS:
+        nb.cells.append(nbformat.v4.new_code_cell(source, metadata={"tags": [tag]} if tag else {}))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path_factory.mktemp("nb") / "tiny.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def papermill(notebook, *args) -> tuple[int, str]:
+    """papermill's command line, as a user types it; the printed parameters (or the error) of the run."""
+    import json
+    import subprocess
+    import sys
+
+    out = notebook.with_name("out.ipynb")
+    run = subprocess.run([sys.executable, "-m", "papermill", str(notebook), str(out), "-k", "python3",
+                          "--no-progress-bar", *args], capture_output=True, text=True, cwd=notebook.parent)
+    cells = json.loads(out.read_text())["cells"] if out.exists() else []
+    texts = ["".join(o.get("text", "")) + "".join(o.get("evalue", "")) for c in cells for o in c.get("outputs", [])]
+    return run.returncode, "\n".join(texts)
+
+
+def test_papermill_p_y_and_f_give_the_same_parameters(tiny_notebook):
+    expected = "([3, 4], ['dpsgd'], 8.0, 1, {'mnist': 32}, True)"
+    code, printed = papermill(tiny_notebook, "-p", "seeds", "[3, 4]", "-p", "methods", "dpsgd", "-p", "epsilon", "8",
+                              "-p", "epochs", "1", "-p", "batch_size", "{'mnist': 32}", "-p", "smoke", "True")
+    assert code == 0 and expected in printed, printed
+    code, printed = papermill(tiny_notebook, "-y", "{seeds: [3, 4], methods: dpsgd, epsilon: 8, epochs: 1, "
+                                               "batch_size: {mnist: 32}, smoke: true}")
+    assert code == 0 and expected in printed, printed
+    (tiny_notebook.parent / "params.yaml").write_text("seeds: 3, 4\nmethods: [dpsgd]\nepsilon: 8.0\nepochs: 1\n"
+                                                      "batch_size: {mnist: '32'}\nsmoke: yes\n")
+    code, printed = papermill(tiny_notebook, "-f", "params.yaml")
+    assert code == 0 and expected in printed, printed
+
+
+def test_papermill_with_a_misspelt_parameter_stops_naming_it(tiny_notebook):
+    code, printed = papermill(tiny_notebook, "-p", "epoch", "1")
+    assert code != 0 and "unknown parameter 'epoch' (did you mean 'epochs'?)" in printed, printed

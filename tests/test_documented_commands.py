@@ -1,0 +1,140 @@
+"""Every command the README and the book show is run, from the text a reader copies.
+
+The commands are extracted from the files (fenced code blocks and inline code of ``README.md`` and ``book/*.md``):
+papermill calls, ``python -m`` entry points and the library example. Each runs from the repository root as typed,
+with only its sizes made small: a papermill call or a notebook sweep gets the notebook's smoke parameters for the
+parameters the documentation does not set and for its training length (:data:`SIZES`); every other parameter it
+sets runs as written, and every value it gives, sizes included, is checked against the notebook's parameters. The
+other entry points get the size options of :data:`SMALL`. A documented command of a kind this file does not know
+fails the test: add a rule, so that the documentation cannot drift from the code again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpbook.params import convert, infer_type, parameters_cell
+
+from .test_notebooks import shell_text, smoke_parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md"))]
+PREFIXES = ("papermill ", ".venv/bin/papermill ", "python -m ", ".venv/bin/python -m ")
+
+#: Notebook parameters that only set how long a documented run trains: the test trains at the smoke value instead.
+SIZES = {"epochs"}
+
+#: Size options for entry points that are not notebooks (the documented options come first and still apply).
+SMALL = {
+    "dpbook.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
+    "dpbook.bench": ["--repeats", "1", "--skip-memory", "--resnet-batch", "4", "--micro-batch-sizes", "4", "4"],
+}
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(file, command) for every command line of the documents, backslash continuations joined."""
+    found = []
+    for doc in DOCUMENTS:
+        text = doc.read_text()
+        blocks = re.findall(r"^ *```[a-z]*\n(.*?)^ *```", text, flags=re.S | re.M)
+        lines = [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+        lines += re.findall(r"`([^`\n]+)`", re.sub(r"^ *```.*?^ *```", "", text, flags=re.S | re.M))
+        found += [(doc.name, " ".join(line.split())) for line in lines if line.startswith(PREFIXES)]
+    return list(dict.fromkeys(found))
+
+
+def library_examples() -> list[tuple[str, str]]:
+    return [(doc.name, block) for doc in DOCUMENTS
+            for block in re.findall(r"^```python\n(.*?)^```", doc.read_text(), flags=re.S | re.M)]
+
+
+def test_the_documents_show_commands():
+    kinds = {c.split()[0].split("/")[-1] + (" " + c.split()[2] if " -m " in c else "") for _, c in documented_commands()}
+    assert {"papermill", "python dpbook.sweep", "python dpbook.bench"} <= kinds, kinds
+    assert library_examples()
+
+
+def small(command: str, tmp_path: Path) -> list[str]:
+    """The documented command as an argument list, run from the repository root, at small sizes."""
+    words = shlex.split(command)
+    if words[0].endswith("papermill"):
+        notebook, options = words[1], papermill_options(command)
+        smoke = smoke_parameters(ROOT / notebook)
+        options |= {name: shell_text(value) for name, value in smoke.items() if name not in options or name in SIZES}
+        if "results_dir" in options:  # a run of its own: the notebook tests use (and clean) the smoke directory
+            options["results_dir"] = str(tmp_path / "results")
+        return [sys.executable, "-m", "papermill", notebook, str(tmp_path / "out.ipynb"), "--no-progress-bar",
+                *(a for name, text in options.items() for a in ("-p", name, text))]
+    module = words[words.index("-m") + 1]
+    args = words[words.index("-m") + 2:]
+    if module == "dpbook.sweep" and args[0] == "notebook":
+        given = {args[i + 1].split("=")[0] for i, a in enumerate(args) if a in ("--grid", "--set")}
+        smoke = smoke_parameters(ROOT / args[1]) | ({"results_dir": str(tmp_path / "results")}
+                                                     if "results_dir" in smoke_parameters(ROOT / args[1]) else {})
+        extra = [a for name, value in smoke.items() if name not in given
+                 for a in ("--set", f"{name}={shell_text(value)}")]
+        return [sys.executable, "-m", module, *args, *extra, "--output-dir", str(tmp_path / "executed")]
+    key = f"{module} {args[0]}" if module == "dpbook.sweep" else module
+    if key not in SMALL:
+        pytest.fail(f"no rule to run the documented command {command!r} at small sizes: add one to SMALL")
+    extra = ["--results-dir", str(tmp_path / "results")] if module == "dpbook.sweep" else []
+    return [sys.executable, "-m", module, *args, *SMALL[key], *extra]
+
+
+def papermill_options(command: str) -> dict[str, str]:
+    words = shlex.split(command)
+    assert all(w == "-p" for w in words[3::3]), f"only -p name value options are expected in {command!r}"
+    return dict(zip(words[4::3], words[5::3]))
+
+
+@pytest.mark.parametrize("doc, command", [(d, c) for d, c in documented_commands() if "papermill " in c])
+def test_documented_parameters_are_the_notebooks(doc, command):
+    """Every ``-p`` of a documented papermill call names a parameter of the notebook and converts to its type
+    (the sizes replaced in the run below included), as the notebook's parameter check will read it."""
+    check_parameters(doc, command)
+
+
+def check_parameters(doc: str, command: str) -> None:
+    from papermill.cli import _resolve_type  # what papermill's -p makes of the text
+
+    notebook = json.loads((ROOT / shlex.split(command)[1]).read_text())
+    source = next("".join(c["source"]) for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", []))
+    declared, annotations = parameters_cell(source)
+    for name, text in papermill_options(command).items():
+        assert name in declared, f"{doc}: `{command}` sets {name!r}, not a parameter of the notebook"
+        convert(name, _resolve_type(text), annotations.get(name, infer_type(declared[name])))
+
+
+@pytest.mark.parametrize("command, message", [
+    ("papermill notebooks/dpsgd_from_scratch.ipynb out.ipynb -p epoch 3", "sets 'epoch', not a parameter"),
+    ("papermill notebooks/dpsgd_from_scratch.ipynb out.ipynb -p seeds 0.5", "parameter 'seeds' = 0.5 must be"),
+])
+def test_a_wrong_documented_parameter_is_caught(command, message):
+    with pytest.raises((AssertionError, ValueError), match=message):
+        check_parameters("doc", command)
+
+
+def test_a_documented_command_without_a_rule_is_caught(tmp_path):
+    with pytest.raises(pytest.fail.Exception, match="no rule to run the documented command"):
+        small("python -m dpbook.tuning --everything", tmp_path)
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("doc, command", documented_commands(), ids=lambda x: x if len(x) < 40 else x[:40])
+def test_documented_command_runs(doc, command, tmp_path):
+    run = subprocess.run(small(command, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{doc}: `{command}` failed:\n{run.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("doc, code", library_examples(), ids=lambda x: x if len(x) < 20 else "example")
+def test_library_example_runs(doc, code, capsys):
+    exec(compile(code, f"{doc} example", "exec"), {"__name__": "example"})
+    accuracy, spent = (float(x) for x in capsys.readouterr().out.split()[-2:])
+    assert 0.5 < accuracy <= 1.0 and spent <= 4.0 + 1e-9
