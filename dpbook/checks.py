@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 
@@ -72,3 +73,28 @@ def integer(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         _fail(name, f"an integer >= {minimum}", value, "")
     return int(value)
+
+
+def one_of(kind: str, name: str, valid) -> None:
+    """Raise a ValueError when ``name`` is not among ``valid``, naming it, the closest valid name (case aside) and
+    all of them.
+
+    >>> one_of("hyperparameter", "c", ["C", "sigma"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown hyperparameter 'c' (did you mean 'C'?); valid: C, sigma
+    """
+    valid = list(valid)
+    if name not in valid:
+        raise ValueError(f"unknown {kind} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(map(str, valid))}")
+
+
+def did_you_mean(name: str, valid) -> str:
+    """`` (did you mean 'x'?)`` for the valid name closest to ``name`` (case aside), or ``""``.
+
+    >>> did_you_mean("epoch", ["epochs", "seeds"]), did_you_mean("xyz", ["epochs"])
+    (" (did you mean 'epochs'?)", '')
+    """
+    lowered = {str(v).lower(): v for v in valid}
+    close = difflib.get_close_matches(str(name).lower(), list(lowered), n=1)
+    return f" (did you mean {lowered[close[0]]!r}?)" if close else ""

@@ -37,6 +37,7 @@ import hashlib
 import inspect
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +45,9 @@ from typing import Any, Mapping
 
 import torch
 
-from dpbook import accounting, checks, data, models, results, text
+from dpbook import accounting, checks, data, models, params, results, text
 from dpbook.methods import METHODS
+from dpbook.methods.registry import hyperparameter_names
 from dpbook.train import Trainer
 from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
 
@@ -118,10 +120,11 @@ class Experiment:
     micro_batch_size: int | None = None
 
     def __post_init__(self):
-        if self.dataset not in TASKS:
-            raise ValueError(f"unknown dataset {self.dataset!r}; valid: {', '.join(TASKS)}")
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; registered methods: {sorted(METHODS)}")
+        checks.one_of("dataset", self.dataset, TASKS)
+        checks.one_of("model", self.model.lower(), TASK_MODELS)
+        checks.one_of("method", self.method, sorted(METHODS))
+        if self.accountant not in accounting.ACCOUNTANTS:
+            raise ValueError(f"accountant must be one of {list(accounting.ACCOUNTANTS)}, got {self.accountant!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.protocol not in PROTOCOLS:
@@ -138,7 +141,14 @@ class Experiment:
             checks.integer("train_size", self.train_size)
         if self.protocol == "none" and self.G != 1:
             object.__setattr__(self, "G", 1)  # free tuning: every grid point is one run at the whole budget
-        object.__setattr__(self, "hyperparameters", dict(sorted(dict(self.hyperparameters).items())))
+        # One run, one key: numbers take their field's type (epsilon=4 is epsilon=4.0, a numpy float a float), and
+        # every hyperparameter is checked and converted against the method's own signature (C=1 is C=1.0).
+        for name, kind in (("epsilon", float), ("delta", float), ("lr", float), ("epochs", int),
+                           ("batch_size", int), ("G", int), ("seed", int)):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, kind(_plain(value)))
+        object.__setattr__(self, "hyperparameters", method_hyperparameters(self.method, self.hyperparameters))
 
     def key(self) -> str:
         """A short hash of every field that decides the result (not ``study`` or ``micro_batch_size``)."""
@@ -154,6 +164,61 @@ class Experiment:
 
     def replace(self, **changes) -> "Experiment":
         return dataclasses.replace(self, **changes)
+
+
+TASK_MODELS = [*models.MODELS, "char_lstm", "bert_base"]
+"""The model names an experiment can name: the registry of :mod:`dpbook.models` and the text models."""
+
+
+def method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+    """An experiment's hyperparameters, sorted, each name checked against the method (its constructor and its
+    ``from_plan``) and each value converted to the type the method declares (a numpy scalar to a plain number), so
+    that the result file holds plain JSON and one run has one key.
+
+    >>> import numpy as np
+    >>> method_hyperparameters("dpsgd", {"C": np.float32(1)})
+    {'C': 1.0}
+    >>> method_hyperparameters("psasc-momentum", {"K0": 2.0, "s": 1, "C": 0.1, "r": 1e-3, "gamma0": 0.5, "gamma1": 1})
+    {'C': 0.1, 'K0': 2, 'gamma0': 0.5, 'gamma1': 1.0, 'r': 0.001, 's': 1.0}
+    >>> method_hyperparameters("dpsgd", {"c": 1.0})
+    Traceback (most recent call last):
+    ...
+    ValueError: method 'dpsgd' has no hyperparameter 'c' (did you mean 'C'?); its hyperparameters: C, sigma
+    """
+    cls = METHODS[method]
+    declared = {**_annotations(cls.__init__), **_annotations(cls.from_plan)}
+    accepted = list(hyperparameter_names(cls)) + [
+        p.name for p in inspect.signature(cls.from_plan).parameters.values() if p.kind == p.KEYWORD_ONLY]
+    out = {}
+    for name, value in sorted(dict(hyperparameters).items()):
+        if name not in accepted:
+            raise ValueError(f"method {method!r} has no hyperparameter {name!r}{checks.did_you_mean(name, accepted)}; "
+                             f"its hyperparameters: {', '.join(accepted)}")
+        out[name] = params.convert(f"{method}'s {name}", _plain(value), declared.get(name, Any))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A numpy or torch scalar as the Python number it was written as (``np.float32(0.1)`` is 0.1, not
+    0.10000000149011612); anything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.detach().cpu().numpy()[()]
+    if type(value).__module__ == "numpy" and hasattr(value, "dtype"):
+        return float(str(value)) if value.dtype.kind == "f" else value.item()
+    return value
+
+
+def _annotations(function) -> dict[str, Any]:
+    """A function's parameter annotations as types (those that name a type the module only imports for type
+    checking, e.g. ``plan: TuningPlan``, are left out)."""
+    namespace = vars(sys.modules[function.__module__])
+    out = {}
+    for p in inspect.signature(function).parameters.values():
+        try:
+            out[p.name] = eval(p.annotation, namespace) if isinstance(p.annotation, str) else p.annotation  # noqa: S307
+        except NameError:
+            continue
+    return {k: v for k, v in out.items() if v is not inspect.Parameter.empty}
 
 
 # ----------------------------------------------------------------------------------------------------------------

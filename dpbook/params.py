@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import ast
 import builtins
-import difflib
 import types
 import typing
 from typing import Any, Callable, Collection, Iterable
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from dpbook.checks import did_you_mean
 
 #: The cell every notebook runs right after its ``parameters`` cell (and papermill's injected one); it stays out of
 #: the rendered book (tag ``remove-cell``). ``tools/stamp_cells.py`` writes it, ``tests/test_colab.py`` checks it.
@@ -184,7 +185,7 @@ def notebook_parameters(namespace: dict, cells: list[str] | None = None) -> dict
     unknown = [name for name in given if name not in declared]
     if unknown:
         raise ValueError("unknown parameter" + ("s " if len(unknown) > 1 else " ")
-                         + ", ".join(_with_suggestion(name, declared) for name in unknown)
+                         + ", ".join(f"{name!r}{did_you_mean(name, declared)}" for name in unknown)
                          + f"; this notebook's parameters: {list(declared)}")
     for name, default in declared.items():
         target = annotations.get(name, infer_type(default))
@@ -318,7 +319,3 @@ def _example(target: Any) -> str:
     origins = {typing.get_origin(t) for t in _alternatives(target)}
     return "{'mnist': 64}" if dict in origins else "[0, 1]" if origins & {list, set} else "(0, 1)"
 
-
-def _with_suggestion(name: str, declared: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(declared), n=1)
-    return f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

@@ -278,3 +278,59 @@ def test_result_files_are_single_json_lines(tmp_path):
     path = results.write_result({"a": [1, 2]}, tmp_path / "r.json")
     text = path.read_text()
     assert text.count("\n") == 1 and json.loads(text) == {"a": [1, 2], "schema": results.SCHEMA_VERSION}
+
+
+# --- names and values are checked when the experiment is made, before any training ------------------------------
+
+def digits_run(**changes) -> Experiment:
+    fields = dict(study="s", dataset="digits", model="digits_cnn", method="dpsgd", hyperparameters={"C": 1.0},
+                  epsilon=4.0, epochs=1, batch_size=64, optimizer="sgd", lr=0.1)
+    return Experiment(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(dataset="mnistt"), r"unknown dataset 'mnistt' \(did you mean 'mnist'\?\); valid: digits, mnist"),
+    (dict(model="digits_cn"), r"unknown model 'digits_cn' \(did you mean 'digits_cnn'\?\); valid: mnist_cnn"),
+    (dict(method="dpsgdd"), r"unknown method 'dpsgdd' \(did you mean 'dpsgd'\?\); valid: adaclip"),
+    (dict(optimizer="sgdd"), r"optimizer must be one of \('adam', 'sgd', 'sgd-momentum'\), got 'sgdd'"),
+    (dict(protocol="rdpp"), r"protocol must be one of \['lt', 'none', 'rdp'\], got 'rdpp'"),
+    (dict(accountant="rpd"), r"accountant must be one of \['rdp', 'prv'\], got 'rpd'"),
+    (dict(hyperparameters={"c": 1.0}), r"method 'dpsgd' has no hyperparameter 'c' \(did you mean 'C'\?\)"),
+    (dict(hyperparameters={"C": "one"}), r"dpsgd's C. = 'one' must be float"),
+    (dict(method="dcsgd-e", hyperparameters={"b": 2.5}), r"dcsgd-e's b. = 2.5 must be int"),
+])
+def test_a_wrong_name_or_value_stops_the_experiment(changes, message):
+    with pytest.raises(ValueError, match=message):
+        digits_run(**changes)
+
+
+def test_one_run_has_one_key_whatever_the_number_types():
+    import numpy as np
+
+    plain = digits_run()
+    same = [digits_run(epsilon=4), digits_run(hyperparameters={"C": 1}), digits_run(epsilon=np.float32(4.0)),
+            digits_run(hyperparameters={"C": np.float64(1.0)}), digits_run(epochs=np.int64(1), lr=np.float32(0.1))]
+    assert all(e.key() == plain.key() and e.path() == plain.path() for e in same)
+    assert json.loads(json.dumps(same[3].hyperparameters)) == {"C": 1.0}  # plain JSON in the result file
+    assert digits_run(hyperparameters={"C": 2.0}).key() != plain.key()
+
+
+def test_the_recorded_results_keep_their_keys():
+    """Converting the numbers changes no recorded run's key: every result file is still found."""
+    for path in sorted(results.RESULTS_DIR.glob("**/*.json"))[::50]:
+        record = json.loads(path.read_text())
+        assert Experiment(**record["experiment"]).key() == record["key"], path
+
+
+@pytest.mark.parametrize("name, hyperparameters, message", [
+    ("dcsgd-x", {"sigma": 1.0}, r"unknown method 'dcsgd-x' \(did you mean 'dcsgd-[ep]'\?\); registered methods"),
+    ("dpsgd", {"C": 1.0, "sigma": 1.0, "Cc": 2.0}, r"no hyperparameter 'Cc' \(did you mean 'C'\?\); its "
+                                                    r"hyperparameters: C, sigma"),
+    ("dpdr", {"sigma": 1.0}, r"'dpdr' has no hyperparameter 'sigma' \(did you mean 'sigma_g'\?\)"),
+    ("dpsgd", {"C": 1.0}, r"method 'dpsgd' needs the hyperparameter\(s\) sigma"),
+])
+def test_make_method_names_the_wrong_or_missing_hyperparameter(name, hyperparameters, message):
+    from dpbook.methods import make_method
+
+    with pytest.raises(ValueError, match=message):
+        make_method(name, **hyperparameters)

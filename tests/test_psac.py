@@ -439,7 +439,7 @@ def test_weight_functions_reject_bad_parameters(call, match):
 
 
 def test_momentum_needs_its_parameters():
-    with pytest.raises(TypeError, match="K0"):
+    with pytest.raises(ValueError, match=r"needs the hyperparameter\(s\) K0, gamma0, gamma1; its hyperparameters"):
         make_method("psasc-momentum", C=1.0, r=1e-3, s=0.5, sigma=1.0)
 
 

@@ -380,7 +380,7 @@ def test_bad_hyperparameters_are_clear_errors(kwargs, match):
 
 
 def test_gamma_is_required():
-    with pytest.raises(TypeError, match="gamma"):
+    with pytest.raises(ValueError, match=r"psasc-momentum-gd. needs the hyperparameter\(s\) gamma;"):
         make_method("psasc-momentum-gd", C=1.0, r=1e-3, s=0.5, sigma=1.0)
 
 

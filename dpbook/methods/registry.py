@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+
+from dpbook.checks import did_you_mean
+
 METHODS: dict[str, type] = {}
 
 
@@ -17,9 +21,34 @@ def register(name: str):
 
 
 def make_method(name: str, **hyperparameters):
-    """Instantiate a registered method by name, e.g. ``make_method("dpsgd", C=1.0, sigma=1.1)``."""
+    """Instantiate a registered method by name, e.g. ``make_method("dpsgd", C=1.0, sigma=1.1)``.
+
+    A misspelt method or hyperparameter name, or a missing hyperparameter, is a ValueError that lists the valid ones:
+
+    >>> make_method("dpsgd", C=1.0, sigma=1.0, Cc=2.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: method 'dpsgd' has no hyperparameter 'Cc' (did you mean 'C'?); its hyperparameters: C, sigma
+    """
     try:
         cls = METHODS[name]
     except KeyError:
-        raise ValueError(f"unknown method {name!r}; registered methods: {sorted(METHODS)}") from None
+        raise ValueError(f"unknown method {name!r}{did_you_mean(name, METHODS)}; "
+                         f"registered methods: {sorted(METHODS)}") from None
+    accepted = hyperparameter_names(cls)
+    for given in hyperparameters:
+        if given not in accepted:
+            raise ValueError(f"method {name!r} has no hyperparameter {given!r}{did_you_mean(given, accepted)}; "
+                             f"its hyperparameters: {', '.join(accepted)}")
+    missing = [n for n, required in accepted.items() if required and n not in hyperparameters]
+    if missing:
+        raise ValueError(f"method {name!r} needs the hyperparameter(s) {', '.join(missing)}; "
+                         f"its hyperparameters: {', '.join(accepted)}")
     return cls(**hyperparameters)
+
+
+def hyperparameter_names(cls: type) -> dict[str, bool]:
+    """The keyword arguments of a method class, each with whether it is required."""
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return {p.name: p.default is inspect.Parameter.empty for p in parameters
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
