@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.std import tqdm
 
-from dpbook import results
+from dpbook import checks, params, results
 from dpbook.experiment import Experiment, run_experiment
 
 
@@ -149,6 +149,55 @@ def grid_points(grid: dict[str, list]) -> list[dict]:
     return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
 
 
+def failed_cell(executed: Path, stderr: str) -> str:
+    """Why a papermill run failed, in one line: the failing cell (its first line) and its exception,
+    read from the executed notebook; else the last line papermill printed.
+
+    >>> failed_cell(Path("no-such.ipynb"), "Traceback ...\\nValueError: unknown method 'x'\\n")
+    "ValueError: unknown method 'x'"
+    """
+    try:
+        import nbformat
+
+        cells = nbformat.read(executed, as_version=4).cells
+    except (OSError, ValueError):
+        cells = []
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                first = next((line for line in cell.source.splitlines() if line.strip()), "")[:60]
+                return f"the cell {first!r} raised {output['ename']}: {output['evalue']}"
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else "papermill failed without a message"
+
+
+def check_notebook_grid(notebook: Path, points: list[dict]) -> None:
+    """Refuse the whole sweep, before anything runs, when a grid point names a parameter the notebook does not
+    have or gives a value its parameter cannot take (the notebook's own parameter check would stop that run)."""
+    import nbformat
+
+    cells = nbformat.read(notebook, as_version=4).cells
+    source = [c.source for c in cells if "parameters" in c.metadata.get("tags", [])]
+    if len(source) != 1:
+        raise ValueError(f"{notebook}: a notebook to sweep needs one cell tagged 'parameters', found {len(source)}")
+    declared, annotations = params.parameters_cell(source[0])
+    problems = []
+    for name in dict.fromkeys(n for point in points for n in point):
+        if name not in declared:
+            problems.append(f"unknown parameter {name!r}{checks.did_you_mean(name, declared)}")
+            continue
+        target = annotations.get(name, params.infer_type(declared[name]))
+        values = {repr(point[name]): point[name] for point in points if name in point}  # each value once
+        for value in values.values():
+            try:
+                params.convert(name, value, target)
+            except ValueError as err:
+                problems.append(str(err))
+    if problems:
+        raise ValueError(f"{notebook}: the sweep was not started:\n  " + "\n  ".join(problems)
+                         + f"\n{notebook.name}'s parameters: {', '.join(declared)}")
+
+
 def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
                       output_dir: str | Path = "data/results/executed", jobs: int = 1,
                       kernel: str = "python3", progress: bool | None = None) -> dict:
@@ -160,6 +209,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     """
     notebook = Path(notebook)
     points = grid_points(grid)
+    check_notebook_grid(notebook, [{**fixed, **point} for point in points])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     summary = {"planned": len(points), "done": 0, "failed": []}
@@ -172,7 +222,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
         for k, v in params.items():
             command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
-        return str(out), None if done.returncode == 0 else done.stderr[-3000:]
+        return str(out), None if done.returncode == 0 else failed_cell(out, done.stderr)
 
     bar = tqdm(total=len(points), disable=None if progress is None else not progress, unit="notebook")
     with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
@@ -181,7 +231,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
                 summary["done"] += 1
             else:
                 summary["failed"].append((out, error))
-                bar.write(f"FAILED {out}\n{error}")
+                bar.write(f"FAILED {out}: {error}")
             bar.update(1)
     bar.close()
     return summary
@@ -208,7 +258,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     nb.add_argument("--jobs", type=int, default=1)
     nb.add_argument("--output-dir", default="data/results/executed")
     args = parser.parse_args(argv)
+    try:
+        summaries = _run(args)
+    except ValueError as err:  # a grid, a name or a value refused before anything ran
+        print(f"python -m dpbook.sweep: {err}", file=sys.stderr)
+        return 2
 
+    for line in summary_lines(summaries):
+        print(line)
+    return 1 if any(s["failed"] for s in summaries) else 0
+
+
+def summary_lines(summaries: list[dict]) -> list[str]:
+    """The end of a sweep: per phase, what was planned, done, skipped (already recorded) and failed, with why.
+
+    >>> summary_lines([{"planned": 3, "skipped": 1, "done": 1, "failed": [("a.json", "ValueError: x")]}])
+    ['planned 3: done 1, skipped 1 (already recorded), failed 1', '  FAILED a.json: ValueError: x']
+    """
+    lines = []
+    for s in summaries:
+        skipped = f", skipped {s['skipped']} (already recorded)" if "skipped" in s else ""
+        lines.append(f"planned {s['planned']}: done {s['done']}{skipped}, failed {len(s['failed'])}")
+        lines += [f"  FAILED {where}: {why}" for where, why in s["failed"]]
+        lines += [f"  unreachable {why}" for why in s.get("unreachable", [])]
+    return lines
+
+
+def _run(args) -> list[dict]:
     if args.command == "digits":
         from dpbook import digits_benchmark
 
@@ -221,10 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
                                        parse_assignments(args.set, lists=False), output_dir=args.output_dir,
                                        jobs=args.jobs)]
-    failed = sum(len(s["failed"]) for s in summaries)
-    for s in summaries:
-        print({k: (len(v) if k == "failed" else v) for k, v in s.items()})
-    return 1 if failed else 0
+    return summaries
 
 
 if __name__ == "__main__":

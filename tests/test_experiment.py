@@ -256,6 +256,36 @@ def test_notebook_grid_runs_papermill_once_per_point(tmp_path):
     assert sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb")) == ["tiny_x=1.ipynb", "tiny_x=2.ipynb"]
 
 
+def tiny_notebook(path, body: str):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("x = 0\nout = ''", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_sweep_with_a_wrong_parameter_starts_nothing(tmp_path, capsys):
+    path = tiny_notebook(tmp_path / "tiny.ipynb", "open(out, 'w').write(str(x))")
+    code = sweep.main(["notebook", str(path), "--grid", "y=1,2", "--grid", "x=1,two", "--set", f"out={tmp_path}/o",
+                       "--output-dir", str(tmp_path / "executed")])
+    err = capsys.readouterr().err
+    assert code == 2 and not (tmp_path / "executed").exists()
+    assert "the sweep was not started" in err and "unknown parameter 'y'" in err
+    assert "parameter 'x' = 'two' must be int" in err and "tiny.ipynb's parameters: x, out" in err
+
+
+def test_a_failed_run_of_a_sweep_is_one_line_naming_its_cell(tmp_path, capsys):
+    body = "if x == 2:\n    raise ValueError('x must not be two')"
+    path = tiny_notebook(tmp_path / "tiny.ipynb", body)
+    code = sweep.main(["notebook", str(path), "--grid", "x=1,2", "--output-dir", str(tmp_path / "executed")])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert out[-2:] == ["planned 2: done 1, failed 1",
+                        f"  FAILED {tmp_path / 'executed' / 'tiny_x=2.ipynb'}: the cell 'if x == 2:' raised "
+                        "ValueError: x must not be two"]
+
+
 def test_compare_never_invents_a_number():
     paper = {"rows": [{"dataset": "mnist", "method": "dpsgd", "value": 95.0, "std": 0.2}]}
     cells = [{"dataset": "mnist", "method": "dpsgd"}, {"dataset": "mnist", "method": "dcsgd-e"}]
