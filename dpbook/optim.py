@@ -93,6 +93,9 @@ class DPOptimizer:
         self.ledger = PrivacyLedger()
         self.nonprivate_diagnostics = nonprivate_diagnostics
         self.nonprivate_info: dict | None = None  # the last step's, with nonprivate_diagnostics=True
+        if method.t > 0:  # its thresholds, DPDR's base, momenta would carry over into this run, unaccounted
+            raise ValueError(f"this {method.name!r} method object has already taken {method.t} step(s) in another "
+                             f"run; make a new one for every run (make_method({method.name!r}, ...))")
         method.bind(self.params, expected_batch_size=self.B)
 
     def _check_optimizer_covers_params(self) -> None:

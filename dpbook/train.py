@@ -87,6 +87,55 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: 
     return {"loss": loss / max(len(x), 1), "accuracy": correct / max(len(x), 1)}
 
 
+def check_data(model: nn.Module, data, device: str | torch.device = "cpu") -> None:
+    """Refuse, before any training, data that the run could not use or would silently misreport: labels that are
+    not class indices of the model's outputs, inputs the model cannot take, training and test sets of different
+    kinds, an empty test set, and NaN or infinite inputs. Each error names the tensor and the fix.
+
+    >>> import torch
+    >>> from dpbook.data import DataSplits
+    >>> x = torch.randn(8, 3)
+    >>> check_data(torch.nn.Linear(3, 2), DataSplits(x, torch.tensor([0, 1] * 4).float(), x, torch.zeros(8).long()))
+    Traceback (most recent call last):
+    ...
+    ValueError: y_train must hold integer class indices (torch.long), got dtype torch.float32: use y.long()
+    """
+    if len(data) != 4:
+        raise ValueError(f"data must be (x_train, y_train, x_test, y_test) (e.g. dpbook.data.DataSplits), "
+                         f"got {len(data)} item(s)")
+    x_train, y_train, x_test, y_test = data
+    if len(x_test) == 0:
+        raise ValueError("the test set is empty: the run would report no accuracy (give x_test, y_test examples)")
+    for x, y, split in ((x_train, y_train, "train"), (x_test, y_test, "test")):
+        if y.dim() != 1 or len(y) != len(x):
+            raise ValueError(f"y_{split} must be one class index per example (1-D, length {len(x)} like x_{split}), "
+                             f"got shape {tuple(y.shape)}")
+        if y.dtype.is_floating_point or y.dtype == torch.bool:
+            raise ValueError(f"y_{split} must hold integer class indices (torch.long), got dtype {y.dtype}: "
+                             f"use y.long()")
+        if x.dtype.is_floating_point and not torch.isfinite(x).all():
+            bad = (~torch.isfinite(x.flatten(1))).any(1).nonzero().flatten()[:5].tolist()
+            raise ValueError(f"x_{split} holds NaN or infinite values (examples {bad}...): fix or drop them")
+    if x_train.shape[1:] != x_test.shape[1:] or x_train.dtype != x_test.dtype:
+        raise ValueError(f"x_train and x_test differ: {tuple(x_train.shape[1:])} {x_train.dtype} against "
+                         f"{tuple(x_test.shape[1:])} {x_test.dtype} per example")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            outputs = model(x_train[:2].to(device))
+    except (RuntimeError, TypeError, ValueError, IndexError) as err:
+        raise ValueError(f"the model cannot take the training inputs (shape {tuple(x_train.shape[1:])} per example, "
+                         f"dtype {x_train.dtype}): {str(err).splitlines()[0]}") from err
+    finally:
+        model.train(was_training)
+    classes = outputs.shape[-1]
+    for y, split in ((y_train, "train"), (y_test, "test")):
+        if len(y) and (y.min() < 0 or y.max() >= classes):
+            raise ValueError(f"y_{split} holds labels from {int(y.min())} to {int(y.max())}, but the model has "
+                             f"{classes} outputs (labels 0..{classes - 1}): relabel the data or size the model")
+
+
 class Trainer:
     """Private training of ``model`` with ``method`` and ``optimizer`` on in-memory ``data``.
 
@@ -109,6 +158,7 @@ class Trainer:
                  nonprivate_diagnostics: bool = False):
         self.x_train, self.y_train, self.x_test, self.y_test = (t.to(device) for t in data)
         self.model = model
+        check_data(model, data, device)
         self.epochs = checks.integer("epochs", epochs)
         self.delta = checks.open_unit("delta", delta)
         self.accountant = accountant

@@ -91,3 +91,59 @@ def test_on_step_sees_every_step_with_the_parameters_after_it():
                                                                   t.model[-1].weight.detach().clone())))
     assert [s for s, _, _ in seen] == [1, 2, 3, 4] and all(a == b for a, b, _ in seen)
     assert not torch.equal(seen[0][2], seen[-1][2])
+
+
+# --- data a run could not use stops it before the first step ---------------------------------------------------
+
+def _digits_trainer(data, method=None):
+    model = digits_cnn()
+    return Trainer(model, method or DPSGD(C=1.0, sigma=1.0), torch.optim.SGD(model.parameters(), lr=0.1),
+                   data, expected_batch_size=64, epochs=1, delta=1e-5, progress=False)
+
+
+def _broken(name):
+    from dpbook.data import DataSplits
+
+    x, y, xt, yt = load_digits()
+    nan = xt.clone()
+    nan[3, 0, 0, 0] = float("nan")
+    return {
+        "float labels": DataSplits(x, y.float(), xt, yt),
+        "labels beyond the outputs": DataSplits(x, y + 5, xt, yt),
+        "negative labels": DataSplits(x, y - 1, xt, yt),
+        "integer images": DataSplits((x * 10).long(), y, (xt * 10).long(), yt),
+        "labels shorter": DataSplits(x, y[:-5], xt, yt),
+        "2-D labels": DataSplits(x, y[:, None], xt, yt),
+        "flat images": DataSplits(x.flatten(1), y, xt.flatten(1), yt),
+        "train and test differ": DataSplits(x, y, xt.flatten(1), yt),
+        "empty test set": DataSplits(x, y, xt[:0], yt[:0]),
+        "NaN in the test set": DataSplits(x, y, nan, yt),
+    }[name]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("float labels", r"y_train must hold integer class indices \(torch.long\), got dtype torch.float32: use y.long"),
+    ("labels beyond the outputs", r"y_train holds labels from 5 to 14, but the model has 10 outputs \(labels 0..9\)"),
+    ("negative labels", r"y_train holds labels from -1 to 8"),
+    ("integer images", r"the model cannot take the training inputs \(shape \(1, 8, 8\) per example, dtype torch.int64"),
+    ("labels shorter", r"y_train must be one class index per example \(1-D, length 1437 like x_train\), got shape "
+                       r"\(1432,\)"),
+    ("2-D labels", r"got shape \(1437, 1\)"),
+    ("flat images", r"the model cannot take the training inputs \(shape \(64,\) per example"),
+    ("train and test differ", r"x_train and x_test differ: \(1, 8, 8\) torch.float32 against \(64,\)"),
+    ("empty test set", r"the test set is empty"),
+    ("NaN in the test set", r"x_test holds NaN or infinite values \(examples \[3\]"),
+])
+def test_unusable_data_stops_before_training(case, message):
+    with pytest.raises(ValueError, match=message):
+        _digits_trainer(_broken(case))
+
+
+def test_a_method_object_trains_one_run_only():
+    from dpbook.methods import make_method
+
+    method = make_method("dpdr", C_perp=1.0, C_alpha=1.0, sigma_perp=1.0, sigma_alpha=3.0, C_g=1.0, sigma_g=1.0, s=5)
+    _digits_trainer(load_digits(), method).run(max_steps=3)
+    with pytest.raises(ValueError, match=r"this 'dpdr' method object has already taken 3 step\(s\) in another run; "
+                                         r"make a new one for every run"):
+        _digits_trainer(load_digits(), method)
