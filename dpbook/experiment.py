@@ -45,10 +45,10 @@ from typing import Any, Mapping
 
 import torch
 
-from dpbook import accounting, checks, data, models, params, results, text
+from dpbook import accounting, checks, data, io, models, params, results, text
 from dpbook.methods import METHODS
 from dpbook.methods.registry import hyperparameter_names
-from dpbook.train import Trainer
+from dpbook.train import StaleCheckpointError, Trainer
 from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
 
 OPTIMIZERS = ("adam", "sgd", "sgd-momentum")
@@ -338,8 +338,9 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
     trains; a rerun after an interruption resumes from it, and it is deleted once the result is written.
     """
     path = exp.path(results_dir)
-    if path.exists() and not overwrite:
+    if not overwrite and results.recorded(path):
         return results.read_result(path)
+    io.remove_stale_temporaries(path.parent)
     started = time.perf_counter()
     device = resolve_device(device)
     splits = load_task_data(exp, root=data_root, download=download)
@@ -356,7 +357,10 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
                       accountant=exp.accountant, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                       progress=progress, device=device)
     resumed = checkpoint.exists()  # Trainer.run resumes from it
-    log = trainer.run()
+    try:
+        log = trainer.run()
+    except StaleCheckpointError as err:
+        raise StaleCheckpointError(f"{err} (the run's result file: {path})") from None
     spent = check_spent(trainer.engine.ledger.history, plan)
     record = {
         "experiment": dataclasses.asdict(exp),

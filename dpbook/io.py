@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -11,14 +12,20 @@ from typing import Any, Callable
 import torch
 
 
+#: Files written here are readable by everyone, like any file the user writes (mkstemp's own default is 0600).
+MODE = 0o644
+
+
 def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # the writer's process id in the name: a later start removes what a killed writer left (remove_stale_temporaries)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.pid{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()
+            os.fchmod(f.fileno(), MODE)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -37,3 +44,29 @@ def atomic_write_json(obj: Any, path: str | os.PathLike, *, indent: int | None =
     separators = (",", ":") if indent is None else None
     text = json.dumps(obj, indent=indent, sort_keys=True, separators=separators)
     return _atomic(path, lambda f: f.write(text + "\n"), "w")
+
+
+_TEMPORARY = re.compile(r"^\..+\.pid(\d+)\.[^.]+\.tmp$")
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files under ``folder`` that an atomic write of a process that no longer runs left behind
+    (it was killed between writing and renaming); files of running writers stay. Returns the deleted paths.
+    """
+    removed = []
+    for tmp in Path(folder).rglob(".*.tmp") if Path(folder).is_dir() else []:
+        match = _TEMPORARY.match(tmp.name)
+        if match and not _running(int(match.group(1))):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

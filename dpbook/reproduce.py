@@ -237,7 +237,7 @@ def train_until_done(wanted: Callable[[], Iterable[Experiment]], results_dir=res
         todo = {}
         for run in wanted():
             path = run.path(results_dir)
-            if not path.exists() and str(path) not in failed:
+            if not results.recorded(path) and str(path) not in failed:
                 todo[path] = run
         if not todo:
             break

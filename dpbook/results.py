@@ -122,9 +122,55 @@ def nonprivate_keys(record: Any, where: str = "") -> list[str]:
     return []
 
 
+#: What every result file holds; a file without them is not a run's record.
+REQUIRED_KEYS = ("experiment", "key", "final", "epsilon_spent", "sigma")
+
+
+class CorruptResultError(RuntimeError):
+    """A result file that is not a complete record (truncated, edited, not JSON). ``path`` names it."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: corrupted result file ({reason}). It is not counted as a run: rerun its sweep or "
+                         f"chapter in run mode, which moves it aside to {self.path.name}.corrupt and trains the run "
+                         f"again (or move it away yourself)")
+
+
 def read_result(path: str | Path) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    """One run's record; a :class:`CorruptResultError` naming the file when it is not a complete record."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CorruptResultError(path, f"not valid JSON: {err}") from None
+    missing = [k for k in REQUIRED_KEYS if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise CorruptResultError(path, f"no {', '.join(missing)}")
+    return record
+
+
+def recorded(path: str | Path) -> bool:
+    """Whether the run of ``path`` is done: its result file exists and is a complete record. A corrupted file is
+    moved aside (``<name>.corrupt``, never deleted), reported on stderr, and the run counts as not done.
+
+    >>> recorded(Path("no-such-result.json"))
+    False
+    """
+    path = Path(path)
+    if not path.exists():
+        return False
+    try:
+        read_result(path)
+        return True
+    except CorruptResultError as err:
+        aside = path.with_name(path.name + ".corrupt")
+        for n in range(1, 1000):
+            if not aside.exists():
+                break
+            aside = path.with_name(f"{path.name}.corrupt{n}")
+        path.replace(aside)
+        print(f"{err}\nmoved aside to {aside}; the run will be trained again", file=sys.stderr)
+        return False
 
 
 def repo_path(path: str | Path | None, default: Path = RESULTS_DIR) -> Path:

@@ -38,14 +38,29 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.std import tqdm
 
-from dpbook import checks, params, results
+from dpbook import checks, io, params, results
 from dpbook.experiment import Experiment, run_experiment
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, parent: int | None = None) -> None:
     import torch
 
+    die_with_parent(parent)
     torch.set_num_threads(threads)
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Ask Linux to end this process when the process that started it (``parent``, a pid) dies, even by
+    ``kill -9``, so that killing a sweep leaves no worker training on its own; a parent that died before the request
+    ends this process at once. Elsewhere nothing (pool workers there end with the pool)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if parent is not None and os.getppid() != parent:  # orphaned before the request took effect
+            os._exit(1)
 
 
 def _run_one(exp: Experiment, kwargs: dict) -> tuple[str, float, str | None]:
@@ -66,7 +81,8 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     """
     results_dir = run_kwargs.get("results_dir", results.RESULTS_DIR)
     unique = {exp.path(results_dir): exp for exp in experiments}
-    todo = [exp for path, exp in unique.items() if not path.exists()]
+    io.remove_stale_temporaries(Path(results_dir))
+    todo = [exp for path, exp in unique.items() if not results.recorded(path)]
     summary = {"planned": len(unique), "skipped": len(unique) - len(todo), "done": 0, "failed": []}
     if not todo:
         return summary
@@ -78,7 +94,7 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     else:
         context = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
-                                    initargs=(threads,)) as pool:
+                                    initargs=(threads, os.getpid())) as pool:
             futures = [pool.submit(_run_one, exp, run_kwargs) for exp in todo]
             _collect((f.result() for f in cf.as_completed(futures)), summary, bar)
     bar.close()
@@ -221,7 +237,9 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
         command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar"]
         for k, v in params.items():
             command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
-        done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+        sweep_pid = os.getpid()
+        done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(),
+                              preexec_fn=lambda: die_with_parent(sweep_pid))  # its kernel ends with it too
         return str(out), None if done.returncode == 0 else failed_cell(out, done.stderr)
 
     bar = tqdm(total=len(points), disable=None if progress is None else not progress, unit="notebook")

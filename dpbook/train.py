@@ -38,6 +38,7 @@ from tqdm.std import tqdm
 from dpbook import checks
 from dpbook.io import atomic_torch_save
 from dpbook.methods.base import Method
+from dpbook.methods.registry import hyperparameter_names
 from dpbook.optim import DPOptimizer, released_diagnostics
 from dpbook.sampling import PoissonSampler
 
@@ -85,6 +86,10 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: 
         correct += (out.argmax(1) == target).sum().item()
     model.train(was_training)
     return {"loss": loss / max(len(x), 1), "accuracy": correct / max(len(x), 1)}
+
+
+class StaleCheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: damaged, or written by a run with another configuration."""
 
 
 def check_data(model: nn.Module, data, device: str | torch.device = "cpu") -> None:
@@ -162,6 +167,7 @@ class Trainer:
         self.epochs = checks.integer("epochs", epochs)
         self.delta = checks.open_unit("delta", delta)
         self.accountant = accountant
+        self.seed = seed
         self.sampler = PoissonSampler(N=len(self.x_train), expected_batch_size=expected_batch_size, seed=seed)
         self.steps_per_epoch = self.sampler.steps_per_epoch()
         self.T = self.epochs * self.steps_per_epoch
@@ -221,8 +227,25 @@ class Trainer:
         if self.checkpoint is not None:
             self.save(self.checkpoint)
 
+    def fingerprint(self) -> dict:
+        """The configuration a checkpoint belongs to: what decides the run (not the micro-batch size or the device).
+        A checkpoint of another configuration is refused on resume (:meth:`load`)."""
+        method = self.engine.method
+        return {
+            "method": method.name,
+            "hyperparameters": {name: repr(getattr(method, name, None)) for name in hyperparameter_names(type(method))},
+            "model": [f"{name}{tuple(p.shape)}" for name, p in self.model.named_parameters()],
+            "optimizer": f"{type(self.engine.optimizer).__name__}"
+                         f"({', '.join(f'{k}={v!r}' for k, v in sorted(self.engine.optimizer.defaults.items()))})",
+            "data": f"{len(self.x_train)} training examples {tuple(self.x_train.shape[1:])}, "
+                    f"{len(self.x_test)} test examples",
+            "expected_batch_size": self.engine.B, "epochs": self.epochs, "T": self.T, "delta": self.delta,
+            "seed": self.seed, "accountant": self.accountant,
+        }
+
     def state_dict(self) -> dict:
         return {
+            "config": self.fingerprint(),
             "step": self.step, "model": self.model.state_dict(), "engine": self.engine.state_dict(),
             "sampler": self.sampler.state_dict(), "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -230,13 +253,19 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        theirs, ours = state.get("config"), self.fingerprint()
+        if theirs != ours:
+            fields = sorted(k for k in {**ours, **(theirs or {})} if (theirs or {}).get(k) != ours.get(k))
+            differ = "; ".join(f"{k}: checkpoint {(theirs or {}).get(k)!r}, this run {ours.get(k)!r}"
+                               for k in fields[:6])
+            raise StaleCheckpointError(f"the checkpoint belongs to a run with another configuration ({differ})")
         self.step = state["step"]
         self.model.load_state_dict(state["model"])
         self.engine.load_state_dict(state["engine"])
         self.sampler.load_state_dict(state["sampler"])
-        torch.set_rng_state(state["torch_rng"])
-        if state.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         log = TrainLog.from_dict(state["log"])
         if (log.nonprivate is None) != (self.log.nonprivate is None):
             raise ValueError(f"the checkpoint's log {'lacks' if log.nonprivate is None else 'holds'} non-private "
@@ -247,4 +276,15 @@ class Trainer:
         atomic_torch_save(self.state_dict(), path)
 
     def load(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(path, weights_only=False))
+        """Resume from the checkpoint ``path``, written on any device (its tensors are mapped to this run's). A
+        damaged checkpoint, or one of another configuration, is an error that names the file."""
+        try:
+            state = torch.load(path, map_location=self.x_train.device, weights_only=False)
+        except Exception as err:  # truncated zip, unpickling errors: torch raises several kinds
+            raise StaleCheckpointError(f"{path}: cannot read the checkpoint ({type(err).__name__}: {err}); it is "
+                                       f"damaged: move it away and the run starts over") from err
+        try:
+            self.load_state_dict(state)
+        except StaleCheckpointError as err:
+            raise StaleCheckpointError(f"{path}: {err}. Resume with the configuration it was written with, or move "
+                                       f"it away to start the run over") from None
