@@ -108,10 +108,15 @@ def check_known(kind: str, names: Iterable, valid: Collection) -> None:
     Traceback (most recent call last):
     ...
     ValueError: unknown dataset(s) ['imagenet']; valid: ['mnist', 'svhn']
+    >>> check_known("dataset(s)", ["mnist"], ["MNIST", "SVHN"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown dataset(s) ['mnist'] (did you mean 'MNIST'?); valid: ['MNIST', 'SVHN']
     """
     wrong = list(dict.fromkeys(n for n in names if n not in valid))
     if wrong:
-        raise ValueError(f"unknown {kind} {wrong}; valid: {list(valid)}")
+        hint = next((h for h in (did_you_mean(n, valid) for n in wrong) if h), "")
+        raise ValueError(f"unknown {kind} {wrong}{hint}; valid: {list(valid)}")
 
 
 def clean_float(x: Any) -> float:

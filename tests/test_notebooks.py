@@ -72,3 +72,19 @@ def test_notebook(path: Path):
     )
     if run.returncode != 0:
         pytest.fail(f"{path.name}: nbval found cells that did not reproduce:\n{run.stdout[-6000:]}", pytrace=False)
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("notebook, options, message", [
+    ("reproduce_dcsgd", ["-p", "methods", "dcsgd-x"], "unknown method(s) ['dcsgd-x'] (did you mean 'dcsgd-p'?); valid:"),
+    ("reproduce_dpdr", ["-p", "datasets", "mnistt"], "unknown dataset(s) ['mnistt'] (did you mean 'mnist'?); valid:"),
+    ("reproduce_psasc", ["-p", "methods", "dpsgdd"], "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
+    ("digits_benchmark", ["-p", "methods", "psacc"], "unknown method 'psacc' (did you mean 'psac'?)"),
+    ("dcsgd_privacy", ["-p", "methods", "dpsgdd"], "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
+])
+def test_a_misspelt_name_stops_the_notebook_before_anything_runs(notebook, options, message, tmp_path):
+    """A name that selects nothing is an error in the notebook's first cells, not an empty run reported as done."""
+    run = subprocess.run([sys.executable, "-m", "papermill", f"{notebook}.ipynb", str(tmp_path / "out.ipynb"), "-k",
+                          "python3", "--no-progress-bar", *options], capture_output=True, text=True,
+                         cwd=ROOT / "notebooks")
+    assert run.returncode != 0 and message in run.stderr, run.stderr[-2000:]

@@ -36,7 +36,8 @@ def test_per_dataset_values():
 def test_unknown_names_are_refused_with_the_valid_ones():
     check_known("method(s)", ["dpsgd", "dpdr"], {"dpsgd": 1, "dpdr": 2})
     check_known("method(s)", [], {})
-    with pytest.raises(ValueError, match=r"unknown method\(s\) \['sgd'\]; valid: \['dpsgd', 'dpdr'\]"):
+    with pytest.raises(ValueError, match=r"unknown method\(s\) \['sgd'\] \(did you mean 'dpsgd'\?\); "
+                                         r"valid: \['dpsgd', 'dpdr'\]"):
         check_known("method(s)", ["dpsgd", "sgd", "sgd"], ["dpsgd", "dpdr"])
 
 
