@@ -136,14 +136,19 @@ class CorruptResultError(RuntimeError):
                          f"again (or move it away yourself)")
 
 
-def read_result(path: str | Path) -> dict:
-    """One run's record; a :class:`CorruptResultError` naming the file when it is not a complete record."""
+#: Where a study keeps records that are not runs (a chapter's analyses, e.g. the curves of a figure).
+ANALYSIS_DIR = "analysis"
+
+
+def read_result(path: str | Path, required: Sequence[str] = REQUIRED_KEYS) -> dict:
+    """One run's record (or, with ``required=("parameters",)``, an analysis record); a :class:`CorruptResultError`
+    naming the file when it is not complete."""
     try:
         with open(path) as f:
             record = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CorruptResultError(path, f"not valid JSON: {err}") from None
-    missing = [k for k in REQUIRED_KEYS if not isinstance(record, dict) or k not in record]
+    missing = [k for k in required if not isinstance(record, dict) or k not in record]
     if missing:
         raise CorruptResultError(path, f"no {', '.join(missing)}")
     return record
@@ -196,6 +201,8 @@ def load_results(study: str, *, root: str | Path = RESULTS_DIR, smoke: bool = Fa
     folder = Path(root) / study
     records = []
     for path in sorted(folder.rglob("*.json")):
+        if path.relative_to(folder).parts[0] == ANALYSIS_DIR:
+            continue
         record = read_result(path)
         exp = record.get("experiment", {})
         if bool(exp.get("smoke", False)) != smoke:
