@@ -79,7 +79,7 @@ def test_notebook(path: Path):
     ("reproduce_dcsgd", ["-p", "methods", "dcsgd-x"], "unknown method(s) ['dcsgd-x'] (did you mean 'dcsgd-p'?); valid:"),
     ("reproduce_dpdr", ["-p", "datasets", "mnistt"], "unknown dataset(s) ['mnistt'] (did you mean 'mnist'?); valid:"),
     ("reproduce_psasc", ["-p", "methods", "dpsgdd"], "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
-    ("digits_benchmark", ["-p", "methods", "psacc"], "unknown method 'psacc' (did you mean 'psac'?)"),
+    ("digits_benchmark", ["-p", "methods", "psacc"], "unknown method(s) ['psacc'] (did you mean 'psac'?); valid:"),
     ("dcsgd_privacy", ["-p", "methods", "dpsgdd"], "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
 ])
 def test_a_misspelt_name_stops_the_notebook_before_anything_runs(notebook, options, message, tmp_path):
