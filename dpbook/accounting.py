@@ -88,7 +88,7 @@ def _check_delta(value, name: str = "delta") -> float:
     return checks.open_unit(name, value, "typically below 1/N")
 
 
-def _check_accountant(value) -> str:
+def check_accountant(value) -> str:
     if value not in ACCOUNTANTS:
         valid = ", ".join(repr(k) for k in ACCOUNTANTS)
         raise ValueError(f"accountant must be one of {valid}, got {value!r}")
@@ -296,7 +296,7 @@ def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
     """
     segment = (_check_noise_multiplier(noise_multiplier), _check_sample_rate(sample_rate),
                checks.integer("steps", steps, minimum=0))
-    return _epsilon_checked([segment], _check_delta(delta), _check_accountant(accountant))
+    return _epsilon_checked([segment], _check_delta(delta), check_accountant(accountant))
 
 
 def epsilon_of_history(history: Iterable[Sequence], delta: float, accountant: str = "rdp") -> float:
@@ -321,7 +321,7 @@ def epsilon_of_history(history: Iterable[Sequence], delta: float, accountant: st
     0.0
     """
     delta = _check_delta(delta)
-    accountant = _check_accountant(accountant)
+    accountant = check_accountant(accountant)
     checked = [check_segment(seg, i) for i, seg in enumerate(history)]
     return _epsilon_checked(checked, delta, accountant)
 
@@ -369,7 +369,7 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     target_delta = _check_delta(target_delta, "target_delta")
     sample_rate = _check_sample_rate(sample_rate)
     steps = checks.integer("steps", steps, minimum=1)
-    accountant = _check_accountant(accountant)
+    accountant = check_accountant(accountant)
     tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
     sigma_tol = checks.positive("sigma_tolerance", sigma_tolerance)
 

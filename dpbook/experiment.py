@@ -47,7 +47,7 @@ import torch
 
 from dpbook import accounting, checks, data, io, models, params, results, text
 from dpbook.methods import METHODS
-from dpbook.methods.registry import hyperparameter_names
+from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
 from dpbook.train import StaleCheckpointError, Trainer
 from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
 
@@ -123,8 +123,7 @@ class Experiment:
         checks.one_of("dataset", self.dataset, TASKS)
         checks.one_of("model", self.model.lower(), TASK_MODELS)
         checks.one_of("method", self.method, sorted(METHODS))
-        if self.accountant not in accounting.ACCOUNTANTS:
-            raise ValueError(f"accountant must be one of {list(accounting.ACCOUNTANTS)}, got {self.accountant!r}")
+        accounting.check_accountant(self.accountant)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.protocol not in PROTOCOLS:
@@ -189,13 +188,9 @@ def method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> d
     declared = {**_annotations(cls.__init__), **_annotations(cls.from_plan)}
     accepted = list(hyperparameter_names(cls)) + [
         p.name for p in inspect.signature(cls.from_plan).parameters.values() if p.kind == p.KEYWORD_ONLY]
-    out = {}
-    for name, value in sorted(dict(hyperparameters).items()):
-        if name not in accepted:
-            raise ValueError(f"method {method!r} has no hyperparameter {name!r}{checks.did_you_mean(name, accepted)}; "
-                             f"its hyperparameters: {', '.join(accepted)}")
-        out[name] = params.convert(f"{method}'s {name}", _plain(value), declared.get(name, Any))
-    return out
+    check_hyperparameter_names(method, hyperparameters, accepted)
+    return {name: params.convert(f"{method}'s {name}", _plain(value), declared.get(name, Any))
+            for name, value in sorted(dict(hyperparameters).items())}
 
 
 def _plain(value: Any) -> Any:
@@ -338,8 +333,9 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
     trains; a rerun after an interruption resumes from it, and it is deleted once the result is written.
     """
     path = exp.path(results_dir)
-    if not overwrite and results.recorded(path):
-        return results.read_result(path)
+    done = None if overwrite else results.recorded(path)
+    if done is not None:
+        return done
     io.remove_stale_temporaries(path.parent)
     started = time.perf_counter()
     device = resolve_device(device)

@@ -67,15 +67,6 @@ def listing(value: Any, cast: Callable[[Any], Any] | None = None) -> list:
     return [cast(v.strip() if isinstance(v, str) else v) for v in items]
 
 
-def optional_listing(value: Any, cast: Callable[[Any], Any] | None = None) -> list | None:
-    """:func:`listing`, except that None (a parameter's "everything" default) stays None.
-
-    >>> optional_listing(None) is None, optional_listing("1,2", cast=float)
-    (True, [1.0, 2.0])
-    """
-    return None if value is None else listing(value, cast)
-
-
 def mapping(value: Any) -> Any:
     """A parameter that may be one value for every dataset or a ``{dataset: value}`` dict, also given as its text.
 
@@ -187,11 +178,9 @@ def notebook_parameters(namespace: dict, cells: list[str] | None = None) -> dict
         raise RuntimeError("no parameters cell ran before this one: run the notebook's cells in order")
     declared, annotations = parameters_cell(earlier[-1])
     given = list(parameters_cell(injected)[0]) if injected is not None else []
-    unknown = [name for name in given if name not in declared]
+    unknown = unknown_parameters(given, declared)
     if unknown:
-        raise ValueError("unknown parameter" + ("s " if len(unknown) > 1 else " ")
-                         + ", ".join(f"{name!r}{did_you_mean(name, declared)}" for name in unknown)
-                         + f"; this notebook's parameters: {list(declared)}")
+        raise ValueError(f"{unknown}; this notebook's parameters: {list(declared)}")
     for name, default in declared.items():
         target = annotations.get(name, infer_type(default))
         namespace[name] = convert(name, namespace.get(name, default), target)
@@ -199,6 +188,19 @@ def notebook_parameters(namespace: dict, cells: list[str] | None = None) -> dict
         print("parameters given to this run, as it reads them: "
               + ", ".join(f"{name} = {namespace[name]!r}" for name in given))
     return {name: namespace[name] for name in given}
+
+
+def unknown_parameters(given, declared) -> str:
+    """``"unknown parameter 'epoch' (did you mean 'epochs'?)"`` for the names of ``given`` not ``declared``, or ``""``.
+
+    >>> unknown_parameters(["sedes", "xyz", "seeds"], ["seeds", "epochs"])
+    "unknown parameters 'sedes' (did you mean 'seeds'?), 'xyz'"
+    """
+    unknown = [name for name in dict.fromkeys(given) if name not in declared]
+    if not unknown:
+        return ""
+    return ("unknown parameter" + ("s " if len(unknown) > 1 else " ")
+            + ", ".join(f"{name!r}{did_you_mean(name, declared)}" for name in unknown))
 
 
 def parameters_cell(source: str) -> tuple[dict, dict]:

@@ -154,19 +154,18 @@ def read_result(path: str | Path, required: Sequence[str] = REQUIRED_KEYS) -> di
     return record
 
 
-def recorded(path: str | Path) -> bool:
-    """Whether the run of ``path`` is done: its result file exists and is a complete record. A corrupted file is
-    moved aside (``<name>.corrupt``, never deleted), reported on stderr, and the run counts as not done.
+def recorded(path: str | Path) -> dict | None:
+    """The record of the run of ``path`` if it is done (its result file exists and is complete), else None. A
+    corrupted file is moved aside (``<name>.corrupt``, never deleted), reported on stderr, and the run is not done.
 
-    >>> recorded(Path("no-such-result.json"))
-    False
+    >>> recorded(Path("no-such-result.json")) is None
+    True
     """
     path = Path(path)
     if not path.exists():
-        return False
+        return None
     try:
-        read_result(path)
-        return True
+        return read_result(path)
     except CorruptResultError as err:
         aside = path.with_name(path.name + ".corrupt")
         for n in range(1, 1000):
@@ -175,7 +174,7 @@ def recorded(path: str | Path) -> bool:
             aside = path.with_name(f"{path.name}.corrupt{n}")
         path.replace(aside)
         print(f"{err}\nmoved aside to {aside}; the run will be trained again", file=sys.stderr)
-        return False
+        return None
 
 
 def repo_path(path: str | Path | None, default: Path = RESULTS_DIR) -> Path:

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.std import tqdm
 
-from dpbook import checks, io, params, results
+from dpbook import io, params, results
 from dpbook.experiment import Experiment, run_experiment
 
 
@@ -197,11 +197,10 @@ def check_notebook_grid(notebook: Path, points: list[dict]) -> None:
     if len(source) != 1:
         raise ValueError(f"{notebook}: a notebook to sweep needs one cell tagged 'parameters', found {len(source)}")
     declared, annotations = params.parameters_cell(source[0])
-    problems = []
-    for name in dict.fromkeys(n for point in points for n in point):
-        if name not in declared:
-            problems.append(f"unknown parameter {name!r}{checks.did_you_mean(name, declared)}")
-            continue
+    given = [n for point in points for n in point]
+    unknown = params.unknown_parameters(given, declared)
+    problems = [unknown] if unknown else []
+    for name in dict.fromkeys(n for n in given if n in declared):
         target = annotations.get(name, params.infer_type(declared[name]))
         values = {repr(point[name]): point[name] for point in points if name in point}  # each value once
         for value in values.values():

@@ -92,7 +92,7 @@ class StaleCheckpointError(ValueError):
     """A checkpoint that cannot be resumed: damaged, or written by a run with another configuration."""
 
 
-def check_data(model: nn.Module, data, device: str | torch.device = "cpu") -> None:
+def check_data(model: nn.Module, data) -> None:
     """Refuse, before any training, data that the run could not use or would silently misreport: labels that are
     not class indices of the model's outputs, inputs the model cannot take, training and test sets of different
     kinds, an empty test set, and NaN or infinite inputs. Each error names the tensor and the fix.
@@ -128,7 +128,7 @@ def check_data(model: nn.Module, data, device: str | torch.device = "cpu") -> No
     model.eval()
     try:
         with torch.no_grad():
-            outputs = model(x_train[:2].to(device))
+            outputs = model(x_train[:2])
     except (RuntimeError, TypeError, ValueError, IndexError) as err:
         raise ValueError(f"the model cannot take the training inputs (shape {tuple(x_train.shape[1:])} per example, "
                          f"dtype {x_train.dtype}): {str(err).splitlines()[0]}") from err
@@ -163,7 +163,7 @@ class Trainer:
                  nonprivate_diagnostics: bool = False):
         self.x_train, self.y_train, self.x_test, self.y_test = (t.to(device) for t in data)
         self.model = model
-        check_data(model, data, device)
+        check_data(model, (self.x_train, self.y_train, self.x_test, self.y_test))
         self.epochs = checks.integer("epochs", epochs)
         self.delta = checks.open_unit("delta", delta)
         self.accountant = accountant

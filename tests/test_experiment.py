@@ -324,7 +324,7 @@ def digits_run(**changes) -> Experiment:
     (dict(method="dpsgdd"), r"unknown method 'dpsgdd' \(did you mean 'dpsgd'\?\); valid: adaclip"),
     (dict(optimizer="sgdd"), r"optimizer must be one of \('adam', 'sgd', 'sgd-momentum'\), got 'sgdd'"),
     (dict(protocol="rdpp"), r"protocol must be one of \['lt', 'none', 'rdp'\], got 'rdpp'"),
-    (dict(accountant="rpd"), r"accountant must be one of \['rdp', 'prv'\], got 'rpd'"),
+    (dict(accountant="rpd"), r"accountant must be one of 'rdp', 'prv', got 'rpd'"),
     (dict(hyperparameters={"c": 1.0}), r"method 'dpsgd' has no hyperparameter 'c' \(did you mean 'C'\?\)"),
     (dict(hyperparameters={"C": "one"}), r"dpsgd's C. = 'one' must be float"),
     (dict(method="dcsgd-e", hyperparameters={"b": 2.5}), r"dcsgd-e's b. = 2.5 must be int"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpbook.params import (CHECK_CELL, check_known, clean_float, listing, mapping, notebook_parameters,
-                           optional_listing, per_dataset)
+                           per_dataset)
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -22,7 +22,6 @@ def test_listing_casts_every_element():
     assert listing("1, 2.5", float) == [1.0, 2.5]
     assert listing([4, " 8 "], str) == ["4", "8"]
     assert listing("[0.1, 0.30000000000000004]", clean_float) == [0.1, 0.3]
-    assert optional_listing(None, float) is None and optional_listing("IV", str) == ["IV"]
 
 
 def test_per_dataset_values():

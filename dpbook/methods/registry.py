@@ -36,15 +36,21 @@ def make_method(name: str, **hyperparameters):
         raise ValueError(f"unknown method {name!r}{did_you_mean(name, METHODS)}; "
                          f"registered methods: {sorted(METHODS)}") from None
     accepted = hyperparameter_names(cls)
-    for given in hyperparameters:
-        if given not in accepted:
-            raise ValueError(f"method {name!r} has no hyperparameter {given!r}{did_you_mean(given, accepted)}; "
-                             f"its hyperparameters: {', '.join(accepted)}")
+    check_hyperparameter_names(name, hyperparameters, accepted)
     missing = [n for n, required in accepted.items() if required and n not in hyperparameters]
     if missing:
         raise ValueError(f"method {name!r} needs the hyperparameter(s) {', '.join(missing)}; "
                          f"its hyperparameters: {', '.join(accepted)}")
     return cls(**hyperparameters)
+
+
+def check_hyperparameter_names(method: str, given, accepted) -> None:
+    """A ValueError for the first name in ``given`` that the method ``method`` does not accept (``accepted``),
+    with the closest accepted name and all of them."""
+    for name in given:
+        if name not in accepted:
+            raise ValueError(f"method {method!r} has no hyperparameter {name!r}{did_you_mean(name, accepted)}; "
+                             f"its hyperparameters: {', '.join(accepted)}")
 
 
 def hyperparameter_names(cls: type) -> dict[str, bool]:
