@@ -1,0 +1,14 @@
+"""Empirical privacy auditing: does a method's release leak no more than it is charged?
+
+- :mod:`dpbook.audit.statistics`: Clopper-Pearson bounds, epsilon and mu lower bounds, Steinke et al.'s one-run bound;
+- :mod:`dpbook.audit.scenarios`: the canary and the worst-case state of every registered method;
+- :mod:`dpbook.audit.one_step`: the one-step white-box audit through each method's own release;
+- :mod:`dpbook.audit.broken`: deliberately broken methods, registered here only, that the audit must flag;
+- :mod:`dpbook.audit.one_run`: the audit of a whole training run with many canaries (Steinke et al. 2023);
+- ``python -m dpbook.audit``: the command line.
+"""
+
+from dpbook.audit.one_step import AuditResult, audit
+from dpbook.audit.statistics import CONFIDENCE, certify, one_run_epsilon
+
+__all__ = ["AuditResult", "CONFIDENCE", "audit", "certify", "one_run_epsilon"]

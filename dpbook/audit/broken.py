@@ -1,0 +1,101 @@
+r"""Broken controls: four deliberately wrong methods that the audit must flag, registered here and nowhere else.
+
+Each keeps the declarations of the correct method (what the accountant is told) and breaks what it releases, the
+way real implementations have been broken:
+
+``no-clipping``
+    DP-SGD that forgets to clip: the canary's 10^6 reaches the sum while the accountant is told sensitivity C.
+``half-noise``
+    DP-SGD that adds N(0, (sigma C / 2)^2) while declaring the noise multiplier sigma (a factor lost in a refactor).
+``realised-batch-adaclip``
+    Andrew et al.'s clipping as Opacus's ``AdaClipDPOptimizer`` writes it: the noisy unclipped count divided by the
+    *realised* batch size |B_t| instead of the expected B. Then ``b~ = (count + noise) / |B_t|`` moves by up to one
+    count when one example joins, not the 1/2 that the split ``sigma_Delta = (sigma^-2 - (2 sigma_b)^-2)^(-1/2)``
+    assumes. Its scenario makes the count carry most of the budget (sigma_b = 0.55 at sigma = 1) and clips every
+    background example, so that the canary, counted unclipped, moves b~ from 0 to 1/9.
+``data-dependent-noise``
+    DP-SGD whose noise is scaled to the batch's largest clipped norm, ``sigma max_i ||Clip(g_i, C)||``, "the
+    sensitivity this batch actually has": on a background of tiny gradients the noise all but vanishes, and the
+    canary's arrival is visible in the noise level itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dpbook import checks
+from dpbook.audit.one_step import AuditResult, run
+from dpbook.audit.scenarios import SCENARIOS, Scenario
+from dpbook.methods.adaclip import AdaClip, geometric_update
+from dpbook.methods.base import GaussianNoise, MicroBatch
+from dpbook.methods.dpsgd import DPSGD
+from dpbook.per_sample import Grads
+
+
+class NoClipping(DPSGD):
+    """Broken: every weight is 1 (no clipping), while ``sensitivity()`` still says C."""
+
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(norms)
+
+
+class HalfNoise(DPSGD):
+    """Broken: half the declared noise std; ``noise_multiplier()`` still says sigma."""
+
+    def noise_std(self) -> float:
+        return 0.5 * super().noise_std()
+
+
+class RealisedBatchAdaClip(AdaClip):
+    """Broken: the unclipped fraction ``(count + N(0, sigma_b^2)) / |B_t|``, over the realised batch size."""
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        noisy_sum = [s + noise.like(s, self.noise_std()) for s in acc["sum"]]
+        count = torch.tensor([float(acc["unclipped"])], dtype=torch.float64)
+        noisy_count = float((count + noise.like(count, self.sigma_b))[0])
+        b = min(1.0, max(0.0, noisy_count / max(acc["n"], 1)))  # the realised |B_t|: private
+        self._next = geometric_update(self.C, b, self.p, self.eta_C)
+        self.last_fraction = b
+        self._step_info = {"C_next": self._next, "unclipped_fraction": b}
+        return noisy_sum
+
+
+class DataDependentNoise(DPSGD):
+    """Broken: noise std ``sigma * max_i ||Clip(g_i, C)||`` instead of ``sigma * C``."""
+
+    def start(self, params) -> dict:
+        return {**super().start(params), "largest": 0.0}
+
+    def accumulate(self, acc: dict, mb: MicroBatch) -> None:
+        super().accumulate(acc, mb)
+        if mb.n:
+            acc["largest"] = max(acc["largest"], float((mb.norms * self.weights(mb.norms)).max()))
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        std = self.sigma * acc["largest"]
+        return [s + noise.like(s, std) for s in acc["sum"]]
+
+
+_DPSGD = SCENARIOS["dpsgd"]
+
+BROKEN: dict[str, tuple[str, type, Scenario]] = {
+    "no-clipping": ("dpsgd", NoClipping, _DPSGD),
+    "half-noise": ("dpsgd", HalfNoise, _DPSGD),
+    "realised-batch-adaclip": ("adaclip", RealisedBatchAdaClip, Scenario(
+        dict(sigma=1.0, sigma_b=0.55), "C_t = 1, every background example clipped (norm 100); the canary has norm "
+        "C_t, so it is counted unclipped", canary_norm=lambda method: method.C, background_norms=(100.0,) * 8)),
+    "data-dependent-noise": ("dpsgd", DataDependentNoise, Scenario(
+        dict(C=1.0, sigma=1.0), "a background of 8 gradients of norm 0.01", background_norms=(0.01,) * 8)),
+}
+"""Broken control -> (the registered method it breaks, its class, its scenario)."""
+
+
+def audit_broken(kind: str, **options) -> AuditResult:
+    """The one-step audit of the broken control ``kind`` (:data:`BROKEN`); options as :func:`~dpbook.audit.audit`.
+
+        >>> audit_broken("half-noise", trials=2000).flagged
+        True
+    """
+    checks.one_of("broken control", kind, BROKEN)
+    method, cls, scenario = BROKEN[kind]
+    return run(cls, scenario, name=method, broken=kind, **options)

@@ -1,0 +1,153 @@
+r"""Auditing a whole training run at once (Steinke, Nasr & Jagielski 2023): m gradient canaries, one run.
+
+The one-step audit needs thousands of releases of one step; a training run is released once. Steinke et al. turn
+the many trials into many canaries: each of m canaries joins the training set independently with probability 1/2,
+the run trains once, and the auditor guesses from the run's releases which canaries were in. The number of correct
+guesses of an (epsilon, delta)-DP run is dominated by a binomial (:func:`dpbook.audit.statistics.one_run_p_value`),
+so many correct guesses certify a lower bound on epsilon at 95 % confidence.
+
+Here, white-box, with gradient canaries:
+
+- canary k is an example whose per-example gradient is, at every step and every parameter value, the Dirac vector
+  ``10^6 e_{j_k}`` on its own coordinate j_k of the model (m distinct coordinates drawn at random): after the
+  method's weighting it contributes its full sensitivity along e_{j_k} whenever Poisson sampling picks it;
+- the training set is the real one plus the included canaries, sampled at the real run's q; the model, the
+  method, the accountant and the engine (:class:`dpbook.optim.DPOptimizer`) are the book's, unchanged;
+- the auditor sees every release (the noisy sums the optimizer receives), and scores canary k by
+  ``sum_t w_t release_t[j_k]`` with ``w_t = sensitivity_t / noise_std_t^2`` (declared before the step): the
+  likelihood-ratio weighting of independent Gaussian steps;
+- it guesses "in" for the k highest scores and "out" for the k lowest, for a few k fixed in advance
+  (:data:`GUESSES`, Bonferroni-corrected), and reports the best certified bound.
+
+    >>> result = one_run_audit("dpsgd", dict(C=1.0), epsilon=8.0, canaries=200, epochs=2, seed=0)
+    >>> result.epsilon_lower <= result.epsilon_claimed, result.canaries
+    (True, 200)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from dpbook import checks
+from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
+from dpbook.data import load_digits
+from dpbook.methods import METHODS
+from dpbook.models import digits_mlp
+from dpbook.optim import DPOptimizer
+from dpbook.per_sample import Grads
+from dpbook.sampling import PoissonSampler
+from dpbook.train import evaluate
+from dpbook.tuning import tuning_plan
+
+CANARY_NORM = 1e6
+GUESSES = (0.02, 0.05, 0.1, 0.2)
+"""Fractions of the m canaries guessed on each side (in / out), fixed before the run."""
+
+
+class WithCanaries:
+    """Per-example gradients where examples with label ``-(k + 1)`` are gradient canary k (a fixed vector)."""
+
+    def __init__(self, per_sample, canaries: Grads):
+        self.inner, self.canaries = per_sample, canaries
+        self.names, self.params = per_sample.names, per_sample.params
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, params=None) -> Grads:
+        canary = y < 0
+        out = [torch.empty((len(y), *p.shape), dtype=p.dtype, device=p.device) for p in self.params]
+        if (~canary).any():
+            for o, g in zip(out, self.inner(x[~canary], y[~canary], params)):
+                o[~canary] = g
+        ids = -y[canary] - 1
+        for o, c in zip(out, self.canaries):
+            o[canary] = c[ids]
+        return out
+
+
+def dirac_canaries(params, coordinates: torch.Tensor) -> Grads:
+    """One Dirac gradient ``CANARY_NORM e_j`` per coordinate j of the flattened parameters, shaped like them."""
+    d = sum(p.numel() for p in params)
+    flat = torch.zeros(len(coordinates), d)
+    flat[torch.arange(len(coordinates)), coordinates] = CANARY_NORM
+    parts = torch.split(flat, [p.numel() for p in params], dim=1)
+    return [part.reshape(len(coordinates), *p.shape) for part, p in zip(parts, params)]
+
+
+@dataclass(frozen=True)
+class OneRunResult:
+    method: str
+    hyperparameters: dict
+    canaries: int
+    included: int
+    guesses: int  # r of the best bound
+    correct: int  # v of the best bound
+    epsilon_claimed: float
+    epsilon_lower: float
+    delta: float
+    confidence: float
+    sigma: float
+    steps: int
+    sample_rate: float
+    test_accuracy: float
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canaries: int = 1000, epochs: int = 10,
+                  batch_size: int = 128, lr: float = 0.01, delta: float = 1e-5, seed: int = 0) -> OneRunResult:
+    """One private training run on the real digits (the digits benchmark's setting) with ``canaries`` gradient
+    canaries, and the epsilon lower bound their guesses certify (module docstring)."""
+    checks.one_of("method", method, METHODS)
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    x_train, y_train, x_test, y_test = load_digits()
+    model = digits_mlp()
+    params = [p for p in model.parameters() if p.requires_grad]
+    d = sum(p.numel() for p in params)
+    canaries = checks.integer("canaries", canaries, minimum=2)
+    if canaries > d:
+        raise ValueError(f"each canary needs its own coordinate: at most d = {d} canaries for this model")
+    g = torch.Generator().manual_seed(seed)
+    coordinates = torch.randperm(d, generator=g)[:canaries]
+    inside = torch.rand(canaries, generator=g) < 0.5
+    x_all = torch.cat([x_train, torch.zeros(int(inside.sum()), *x_train.shape[1:])])
+    y_all = torch.cat([y_train, -(inside.nonzero().flatten() + 1)])
+
+    q = batch_size / len(x_train)  # the real run's sample rate; the canaries join at the same rate
+    steps = epochs * max(1, round(1 / q))
+    plan = tuning_plan(epsilon, delta, q, steps)
+    dp_method = METHODS[method].from_plan(plan, **hyperparameters)
+    engine = DPOptimizer(model, torch.optim.Adam(params, lr=lr), dp_method, sample_rate=q,
+                         expected_batch_size=q * len(x_all), noise_seed=seed)
+    engine.per_sample = WithCanaries(engine.per_sample, dirac_canaries(params, coordinates))
+    scores = torch.zeros(canaries)
+    release = dp_method.release
+
+    def recorded(acc, noise):
+        weight = dp_method.sensitivity() / dp_method.noise_std() ** 2  # declared before the step: public
+        out = release(acc, noise)
+        scores.add_(weight * torch.cat([o.detach().flatten() for o in out])[coordinates].cpu())
+        return out
+
+    dp_method.release = recorded
+    sampler = PoissonSampler(N=len(x_all), expected_batch_size=q * len(x_all), seed=seed)
+    for _ in range(steps):
+        batch = sampler.sample()
+        engine.step(x_all[batch], y_all[batch], index=batch)
+
+    order = torch.argsort(scores, descending=True)
+    each = 1 - (1 - CONFIDENCE) / len(GUESSES)  # the best of len(GUESSES) guess sizes: Bonferroni
+    best = (0.0, 0, 0)
+    for fraction in GUESSES:
+        k = max(1, int(fraction * canaries))
+        correct = int(inside[order[:k]].sum()) + int((~inside[order[-k:]]).sum())
+        bound = one_run_epsilon(canaries, 2 * k, correct, delta, confidence=each)
+        best = max(best, (bound, 2 * k, correct))
+    accuracy = evaluate(model, x_test, y_test)["accuracy"]
+    return OneRunResult(method, dict(hyperparameters), canaries, int(inside.sum()), best[1], best[2],
+                        engine.epsilon(delta), best[0], delta, CONFIDENCE, plan.sigma, steps, q, float(accuracy),
+                        time.perf_counter() - start)
