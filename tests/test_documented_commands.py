@@ -35,7 +35,12 @@ SIZES = {"epochs"}
 SMALL = {
     "dpbook.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
     "dpbook.bench": ["--repeats", "1", "--skip-memory", "--resnet-batch", "4", "--micro-batch-sizes", "4", "4"],
+    "dpbook.audit": ["--trials", "200"],
+    "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
 }
+
+#: Entry points whose documented use exits 1 on purpose (the audit of the broken controls flags them).
+EXPECTED_EXIT = {"dpbook.audit": lambda args: 1 if "--broken" in args else 0}
 
 
 def documented_commands() -> list[tuple[str, str]]:
@@ -84,7 +89,8 @@ def small(command: str, tmp_path: Path) -> list[str]:
     key = f"{module} {args[0]}" if module == "dpbook.sweep" else module
     if key not in SMALL:
         pytest.fail(f"no rule to run the documented command {command!r} at small sizes: add one to SMALL")
-    extra = ["--results-dir", str(tmp_path / "results")] if module == "dpbook.sweep" else []
+    extra = (["--results-dir", str(tmp_path / "results")] if module == "dpbook.sweep" else
+             ["--output", str(tmp_path / "audit.json")] if "--output" in args else [])  # never the recorded files
     return [sys.executable, "-m", module, *args, *SMALL[key], *extra]
 
 
@@ -129,8 +135,10 @@ def test_a_documented_command_without_a_rule_is_caught(tmp_path):
 @pytest.mark.notebook
 @pytest.mark.parametrize("doc, command", documented_commands(), ids=lambda x: x if len(x) < 40 else x[:40])
 def test_documented_command_runs(doc, command, tmp_path):
-    run = subprocess.run(small(command, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, f"{doc}: `{command}` failed:\n{run.stderr[-3000:]}"
+    args = small(command, tmp_path)
+    run = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    expected = EXPECTED_EXIT.get(args[2], lambda _: 0)(args)
+    assert run.returncode == expected, f"{doc}: `{command}` exited {run.returncode}:\n{run.stderr[-3000:]}"
 
 
 @pytest.mark.parametrize("doc, code", library_examples(), ids=lambda x: x if len(x) < 20 else "example")

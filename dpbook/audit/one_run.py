@@ -26,12 +26,16 @@ Here, white-box, with gradient canaries:
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
-from dpbook import checks
+from dpbook import checks, io
 from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
 from dpbook.data import load_digits
 from dpbook.methods import METHODS
@@ -91,6 +95,7 @@ class OneRunResult:
     steps: int
     sample_rate: float
     test_accuracy: float
+    released: dict  # the method's released diagnostics after the last step (its thresholds: public)
     seconds: float
 
     def to_dict(self) -> dict:
@@ -150,4 +155,48 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     accuracy = evaluate(model, x_test, y_test)["accuracy"]
     return OneRunResult(method, dict(hyperparameters), canaries, int(inside.sum()), best[1], best[2],
                         engine.epsilon(delta), best[0], delta, CONFIDENCE, plan.sigma, steps, q, float(accuracy),
-                        time.perf_counter() - start)
+                        dp_method.diagnostics(), time.perf_counter() - start)
+
+
+#: The runs of the book's one-run audit: DP-SGD and one adaptive method of each paper, at hyperparameters of the
+#: digits benchmark's grids (dpbook.digits_benchmark.GRIDS).
+BOOK_RUNS = {
+    "dpsgd": dict(C=1.0),
+    "dcsgd-e": {},
+    "dpdr": dict(C_perp=1.0, C_alpha=0.3, C_g=1.0, s=50),
+    "psasc": dict(C=1.0, r=1e-3, s=0.5),
+}
+BOOK_EPSILONS = (1.0, 2.0, 4.0, 8.0)
+BOOK_CANARIES = (200, 2000)  # about 7 % and 41 % of the training set once half of them are in
+
+
+def main(argv=None) -> int:
+    """``python -m dpbook.audit.one_run --output PATH``: the book's one-run audits (every method of
+    :data:`BOOK_RUNS` x number of canaries x epsilon x seed), each written to ``PATH`` as it finishes; a rerun with
+    the same settings skips those done."""
+    parser = argparse.ArgumentParser(prog="python -m dpbook.audit.one_run", description=main.__doc__)
+    parser.add_argument("--methods", nargs="+", default=list(BOOK_RUNS), choices=list(BOOK_RUNS))
+    parser.add_argument("--epsilons", nargs="+", type=float, default=list(BOOK_EPSILONS))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--canaries", nargs="+", type=int, default=list(BOOK_CANARIES))
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args(argv)
+    settings = {"epochs": 10, "batch_size": 128, "delta": 1e-5, "guesses": list(GUESSES)}
+    record = json.loads(args.output.read_text()) if args.output.exists() else {}
+    runs = record.get("runs", []) if record.get("settings") == settings else []
+    done = {(r["method"], r["canaries"], r["epsilon"], r["seed"]) for r in runs}
+    cells = [(method, m, epsilon, seed) for method in args.methods for m in args.canaries
+             for epsilon in args.epsilons for seed in range(args.seeds)]
+    for method, m, epsilon, seed in cells:
+        if (method, m, epsilon, seed) in done:
+            continue
+        result = one_run_audit(method, BOOK_RUNS[method], epsilon=epsilon, canaries=m, seed=seed)
+        runs.append({**result.to_dict(), "epsilon": epsilon, "seed": seed})
+        io.atomic_write_json({"settings": settings, "runs": runs}, args.output)
+        print(f"{method}, {m} canaries, epsilon {epsilon}, seed {seed}: epsilon >= {result.epsilon_lower:.3f} "
+              f"({result.seconds:.1f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

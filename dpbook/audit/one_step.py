@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 import numpy as np
@@ -114,6 +114,7 @@ class AuditResult:
     features: tuple[str, ...]
     seconds: float
     state: str
+    scores: tuple[np.ndarray, np.ndarray] = field(default=(), repr=False, compare=False)  # (D, D'), for plots
 
     @property
     def flagged(self) -> bool:
@@ -122,7 +123,9 @@ class AuditResult:
                 or self.shift > self.sensitivity * (1 + 1e-9))
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "features": list(self.features), "flagged": self.flagged}
+        """The record of a result file: every field but the scores, and the verdict."""
+        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "scores"}
+        return {**record, "features": list(self.features), "flagged": self.flagged}
 
 
 def prepared(cls: type, scenario: Scenario, grads: Grads) -> Method:
@@ -212,7 +215,7 @@ def run(cls: type, scenario: Scenario, *, name: str, broken: str | None = None, 
         epsilon_claimed=accounting.epsilon(sigma, q, 1, delta, accountant),
         epsilon_lower=certificate.epsilon, mu_claimed=1 / sigma if sigma > 0 else math.inf,
         mu_lower=certificate.mu, confidence=confidence, features=("projection", *keys),
-        seconds=time.perf_counter() - start, state=scenario.state)
+        seconds=time.perf_counter() - start, state=scenario.state, scores=(x0 @ w, x1 @ w))
 
 
 def audit(method: str, **options) -> AuditResult:

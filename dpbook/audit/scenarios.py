@@ -95,10 +95,6 @@ class Scenario:
         return [(self.canary_norm(method) / norm) * t.unsqueeze(0) for t in direction]
 
 
-def _flat(values) -> list[torch.Tensor]:
-    return [torch.as_tensor(v, dtype=DTYPE) for v in values]
-
-
 def _step(t: int) -> Callable[[Method, Grads], None]:
     def prepare(method: Method, grads: Grads) -> None:
         method.load_state_dict({**method.state_dict(), "t": t})

@@ -58,6 +58,7 @@ __all__ = [
     "calibrate_sigma_g",
     "difference_sq_norms",
     "dpdr_history",
+    "gdr_release_mu",
     "layer_coefficients",
     "orthogonal_sq_norms",
     "project",
@@ -357,6 +358,25 @@ def dpdr_history(*, sigma_g: float, sigma_perp: float, sigma_alpha: float, s: in
     gdr = max(0, min(s, steps) - 1)
     segments = [(float(sigma_g), q, min(1, steps)), (eff, q, gdr), (float(sigma_g), q, max(0, steps - s))]
     return [seg for seg in segments if seg[2] > 0]
+
+
+def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_alpha: float) -> float:
+    r"""The Gaussian-DP mu that one GDR release actually has, for an example that saturates both clips.
+
+    The accountant charges a GDR step as one Gaussian mechanism of multiplier ``sigma_eff(sigma_perp, sigma_alpha)``,
+    i.e. ``mu = (sigma_perp^-2 + sigma_alpha^-2)^(1/2)``, as if ``alpha~`` were seen alone. But the release is
+    ``alpha~ b + g~_perp`` and the isotropic noise of ``g~_perp`` also lies along each ``b^(l)``: the parallel part of
+    the example's contribution (norm at most C_alpha) is seen through noise of std
+    ``(sigma_alpha^2 C_alpha^2 + sigma_perp^2 C_perp^2)^(1/2)``, the orthogonal part (C_perp) through
+    ``sigma_perp C_perp``. With independent coordinates the two leaks compose as
+    ``mu^2 = C_alpha^2 / (sigma_alpha^2 C_alpha^2 + sigma_perp^2 C_perp^2) + 1 / sigma_perp^2`` (the worst case; an
+    example that does not saturate both clips leaks less), never more than what is charged.
+
+    >>> round(gdr_release_mu(C_perp=1.0, C_alpha=1.0, sigma_perp=1.5, sigma_alpha=1.5), 4)   # charged: 0.9428
+    0.8165
+    """
+    parallel = C_alpha ** 2 / ((sigma_alpha * C_alpha) ** 2 + (sigma_perp * C_perp) ** 2)
+    return math.sqrt(parallel + 1 / sigma_perp ** 2)
 
 
 def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
