@@ -136,8 +136,19 @@ class CorruptResultError(RuntimeError):
                          f"again (or move it away yourself)")
 
 
-#: Where a study keeps records that are not runs (a chapter's analyses, e.g. the curves of a figure).
+#: Where a study keeps records that are not runs (a chapter's analyses, e.g. the curves of a figure, or the
+#: privacy audits of ``data/results/audit/analysis/``): each holds its ``parameters``.
 ANALYSIS_DIR = "analysis"
+
+
+def is_analysis(path: str | Path, root: str | Path = RESULTS_DIR) -> bool:
+    """Is ``path`` (under ``root``) an analysis record, ``<study>/analysis/...``, rather than a run's result file?
+
+    >>> is_analysis(RESULTS_DIR / "audit" / "analysis" / "one_step.json"), is_analysis(RESULTS_DIR / "s" / "r.json")
+    (True, False)
+    """
+    parts = Path(path).relative_to(root).parts
+    return len(parts) > 2 and parts[1] == ANALYSIS_DIR
 
 
 def read_result(path: str | Path, required: Sequence[str] = REQUIRED_KEYS) -> dict:
@@ -200,7 +211,7 @@ def load_results(study: str, *, root: str | Path = RESULTS_DIR, smoke: bool = Fa
     folder = Path(root) / study
     records = []
     for path in sorted(folder.rglob("*.json")):
-        if path.relative_to(folder).parts[0] == ANALYSIS_DIR:
+        if is_analysis(path, root):
             continue
         record = read_result(path)
         exp = record.get("experiment", {})

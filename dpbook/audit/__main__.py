@@ -4,7 +4,7 @@ r"""``python -m dpbook.audit``: the one-step audit of registered methods and of 
     python -m dpbook.audit --method all --json                 # every registered method, a JSON list
     python -m dpbook.audit --broken half-noise --json          # a broken control (its method is implied)
     python -m dpbook.audit --method all --broken all --trials 50000 --sample-rate 1 0.5 \
-        --output data/results/audit/one_step.json             # the book's full audit (resumes)
+        --output data/results/audit/analysis/one_step.json             # the book's full audit (resumes)
 
 Each audit prints ``method``, ``broken``, ``trials``, ``delta``, ``epsilon_claimed``, ``epsilon_lower``,
 ``mu_claimed``, ``mu_lower`` and more (:class:`~dpbook.audit.one_step.AuditResult`). The lower bounds of one
@@ -78,26 +78,27 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str | None, float]]:
     return jobs
 
 
-def settings(args: argparse.Namespace, jobs) -> dict:
+def run_parameters(args: argparse.Namespace, jobs) -> dict:
+    """What makes two invocations the same audit (a rerun with equal parameters resumes)."""
     return {"trials": args.trials, "delta": args.delta, "accountant": args.accountant, "seed": args.seed,
             "audits": [list(job) for job in jobs], "confidence": CONFIDENCE}
 
 
 def done_before(path: Path | None, expected: dict) -> list[dict]:
-    """The audits already in ``path`` from a run with the same settings (none if it is absent or differs)."""
+    """The audits already in ``path`` from a run with the same parameters (none if it is absent or differs)."""
     if path is None or not path.exists():
         return []
     try:
         record = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise SystemExit(f"{path} is not valid JSON ({error}); move it away to start the audit afresh")
-    return record["results"] if record.get("settings") == expected else []
+    return record["results"] if record.get("parameters") == expected else []
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     jobs = plan(args)
-    expected = settings(args, jobs)
+    expected = run_parameters(args, jobs)
     results = done_before(args.output, expected)
     finished = {(r["method"], r["broken"], r["sample_rate"]) for r in results}
     each = 1 - (1 - CONFIDENCE) / len(jobs)
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
         result = audit_broken(broken, sample_rate=q, **options) if broken else audit(method, sample_rate=q, **options)
         results.append(result.to_dict())
         if args.output is not None:
-            io.atomic_write_json({"settings": expected, "results": results}, args.output)
+            io.atomic_write_json({"parameters": expected, "results": results}, args.output)
         print(f"audited {method}{f' ({broken})' if broken else ''} at q = {q}: mu >= {result.mu_lower:.3f} "
               f"(claimed {result.mu_claimed:.3f}), {result.seconds:.1f} s", file=sys.stderr)
     if args.json:

@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     settings = {"epochs": 10, "batch_size": 128, "delta": 1e-5, "guesses": list(GUESSES)}
     record = json.loads(args.output.read_text()) if args.output.exists() else {}
-    runs = record.get("runs", []) if record.get("settings") == settings else []
+    runs = record.get("runs", []) if record.get("parameters") == settings else []
     done = {(r["method"], r["canaries"], r["epsilon"], r["seed"]) for r in runs}
     cells = [(method, m, epsilon, seed) for method in args.methods for m in args.canaries
              for epsilon in args.epsilons for seed in range(args.seeds)]
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
             continue
         result = one_run_audit(method, BOOK_RUNS[method], epsilon=epsilon, canaries=m, seed=seed)
         runs.append({**result.to_dict(), "epsilon": epsilon, "seed": seed})
-        io.atomic_write_json({"settings": settings, "runs": runs}, args.output)
+        io.atomic_write_json({"parameters": settings, "runs": runs}, args.output)
         print(f"{method}, {m} canaries, epsilon {epsilon}, seed {seed}: epsilon >= {result.epsilon_lower:.3f} "
               f"({result.seconds:.1f} s)", file=sys.stderr)
     return 0
