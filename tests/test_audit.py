@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
+from dpbook import accounting
 from dpbook.audit import statistics
 from dpbook.audit.broken import BROKEN, audit_broken
 from dpbook.audit.one_run import WithCanaries, dirac_canaries, one_run_audit
@@ -80,7 +81,9 @@ def test_method_leaks_no_more_than_it_is_charged(name):
 @pytest.mark.parametrize("name", ["dpsgd", "dcsgd-e", "adaclip", "dpdr", "diff2"])
 def test_poisson_step_leaks_no_more_than_its_subsampled_claim(name):
     result = audit(name, trials=FAST_TRIALS, sample_rate=0.5)
-    assert not result.flagged and result.epsilon_claimed < audit(name, trials=8).epsilon_claimed
+    assert not result.flagged
+    assert result.epsilon_claimed == pytest.approx(accounting.epsilon(result.noise_multiplier, 0.5, 1, 1e-5))
+    assert result.epsilon_claimed < accounting.epsilon(result.noise_multiplier, 1.0, 1, 1e-5)
 
 
 def test_full_batch_method_is_audited_at_sample_rate_one_only():
@@ -115,11 +118,19 @@ def test_cli_flags_a_broken_control_with_exit_one():
     assert done.returncode == 1 and json.loads(done.stdout)["flagged"]
 
 
-def test_cli_refuses_mistakes_with_exit_two():
-    done = _cli("--method", "dpsg")
-    assert done.returncode == 2 and "did you mean 'dpsgd'" in done.stderr
-    done = _cli("--method", "dpdr", "--broken", "half-noise")
-    assert done.returncode == 2 and "breaks 'dpsgd'" in done.stderr
+@pytest.mark.parametrize("args, message", [
+    (["--method", "dpsg"], "did you mean 'dpsgd'"),
+    (["--method", "dpdr", "--broken", "half-noise"], "--broken half-noise breaks dpsgd, not 'dpdr'"),
+    (["--method", "dpsgd", "--broken", "all"], "breaks adaclip, dpsgd, not 'dpsgd'"),
+    (["--method", "psasc-momentum-gd", "--sample-rate", "0.5"], "full-batch"),
+    (["--method", "dpsgd", "--accountant", "rpd"], "accountant"),
+    (["--method", "dpsgd", "--delta", "7"], "delta"),
+    (["--method", "dpsgd", "--trials", "2"], "trials"),
+    ([], "give --method"),
+])
+def test_cli_refuses_mistakes_with_exit_two(args, message):
+    done = _cli(*args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path):
@@ -133,8 +144,11 @@ def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path):
     again = _cli("--method", "all", "--trials", "200", "--sample-rate", "0.5", "--output", str(out), "--json")
     assert again.returncode == 0 and "audited" not in again.stderr  # nothing re-run
     assert json.loads(again.stdout) == record["results"]
-    other = _cli(*args)  # other settings start afresh
-    assert other.returncode == 1 and len(json.loads(out.read_text())["results"]) == 1
+    other = _cli(*args)  # another audit's file is not replaced ...
+    assert other.returncode == 2 and "an audit with other audits" in other.stderr
+    assert json.loads(out.read_text()) == record
+    forced = _cli(*args, "--force")  # ... unless asked
+    assert forced.returncode == 1 and len(json.loads(out.read_text())["results"]) == 1
 
 
 # --- one training run ------------------------------------------------------------------------------------------

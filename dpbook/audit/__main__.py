@@ -11,7 +11,8 @@ Each audit prints ``method``, ``broken``, ``trials``, ``delta``, ``epsilon_claim
 invocation hold *together* at 95 % confidence: with k audits each gets ``1 - 0.05 / k``. The exit status is 1 when
 any lower bound exceeds its claim (or a canary's effect exceeds the declared sensitivity), which is the expected
 outcome for a broken control, 2 for bad arguments, 0 otherwise. With ``--output`` every finished audit is written
-to the file at once (atomically), and a rerun with the same arguments skips the audits already there.
+to the file at once (atomically); a rerun with the same arguments skips the audits already there, and a file of
+another audit is refused (``--force`` replaces it).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from dpbook import checks, io
+from dpbook import accounting, checks, io
 from dpbook.audit.broken import BROKEN, audit_broken
 from dpbook.audit.one_step import DELTA, FAST_TRIALS, audit
+from dpbook.audit.records import resumable
 from dpbook.audit.statistics import CONFIDENCE
 from dpbook.methods import METHODS
 
@@ -33,7 +35,8 @@ COLUMNS = ("method", "broken", "sample_rate", "trials", "epsilon_claimed", "epsi
            "flagged", "seconds")
 
 
-def parse(argv=None) -> argparse.Namespace:
+def parse(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the checked arguments (a mistake exits 2 with a message naming it)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.audit", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--method", help="a registered method, or 'all'")
@@ -46,6 +49,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--output", type=Path, help="also write the results to this JSON file (resumes)")
+    parser.add_argument("--force", action="store_true", help="replace an --output file of another audit")
     args = parser.parse_args(argv)
     try:
         if args.method is None and args.broken is None:
@@ -54,15 +58,20 @@ def parse(argv=None) -> argparse.Namespace:
             checks.one_of("method", args.method, METHODS)
         if args.broken not in (None, "all"):
             checks.one_of("broken control", args.broken, BROKEN)
-            implied = BROKEN[args.broken][0]
-            if args.method not in (None, "all", implied):
-                raise ValueError(f"the broken control {args.broken!r} breaks {implied!r}, not {args.method!r}")
+        if args.broken is not None and args.method not in (None, "all"):
+            implied = {BROKEN[kind][0] for kind in (BROKEN if args.broken == "all" else [args.broken])}
+            if implied != {args.method}:
+                raise ValueError(f"--broken {args.broken} breaks {', '.join(sorted(implied))}, not {args.method!r}: "
+                                 "leave --method out, or give --method all to audit every method as well")
         checks.integer("--trials", args.trials, minimum=4)
-        for q in args.sample_rate:
-            checks.rate("--sample-rate", q)
+        args.sample_rate = list(dict.fromkeys(checks.rate("--sample-rate", q) for q in args.sample_rate))
+        checks.open_unit("--delta", args.delta)
+        accounting.check_accountant(args.accountant)
+        if not plan(args):
+            raise ValueError(f"nothing to audit: {args.method!r} is full-batch, audited at --sample-rate 1 only")
     except ValueError as error:
         parser.error(str(error))
-    return args
+    return parser, args
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str | None, float]]:
@@ -84,22 +93,12 @@ def run_parameters(args: argparse.Namespace, jobs) -> dict:
             "audits": [list(job) for job in jobs], "confidence": CONFIDENCE}
 
 
-def done_before(path: Path | None, expected: dict) -> list[dict]:
-    """The audits already in ``path`` from a run with the same parameters (none if it is absent or differs)."""
-    if path is None or not path.exists():
-        return []
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise SystemExit(f"{path} is not valid JSON ({error}); move it away to start the audit afresh")
-    return record["results"] if record.get("parameters") == expected else []
-
-
 def main(argv=None) -> int:
-    args = parse(argv)
+    parser, args = parse(argv)
     jobs = plan(args)
     expected = run_parameters(args, jobs)
-    results = done_before(args.output, expected)
+    results = [] if args.output is None else resumable(args.output, expected, "results", force=args.force,
+                                                       parser=parser)
     finished = {(r["method"], r["broken"], r["sample_rate"]) for r in results}
     each = 1 - (1 - CONFIDENCE) / len(jobs)
     options = dict(trials=args.trials, delta=args.delta, accountant=args.accountant, seed=args.seed, confidence=each)

@@ -10,7 +10,11 @@ Here, white-box, with gradient canaries:
 
 - canary k is an example whose per-example gradient is, at every step and every parameter value, the Dirac vector
   ``10^6 e_{j_k}`` on its own coordinate j_k of the model (m distinct coordinates drawn at random): after the
-  method's weighting it contributes its full sensitivity along e_{j_k} whenever Poisson sampling picks it;
+  method's weighting it contributes its full sensitivity whenever Poisson sampling picks it, along e_{j_k} (DPDR
+  splits it between its base b and b's complement);
+- the canaries' selection and inclusion, the model's initialisation, the Poisson sampler and the noise draw from
+  four independent seeds, and the engine divides by the *expected* size of the training set with half the
+  canaries in, so that nothing about the run but its releases depends on which canaries are in;
 - the training set is the real one plus the included canaries, sampled at the real run's q; the model, the
   method, the accountant and the engine (:class:`dpbook.optim.DPOptimizer`) are the book's, unchanged;
 - the auditor sees every release (the noisy sums the optimizer receives), and scores canary k by
@@ -33,9 +37,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from dpbook import checks, io
+from dpbook.audit.records import resumable
 from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
 from dpbook.data import load_digits
 from dpbook.methods import METHODS
@@ -79,6 +85,15 @@ def dirac_canaries(params, coordinates: torch.Tensor) -> Grads:
     return [part.reshape(len(coordinates), *p.shape) for part, p in zip(parts, params)]
 
 
+def check_canaries(canaries: int, params) -> int:
+    """The number of canaries, refused unless each can have its own coordinate of the model."""
+    canaries = checks.integer("canaries", canaries, minimum=2)
+    d = sum(p.numel() for p in params)
+    if canaries > d:
+        raise ValueError(f"each canary needs its own coordinate of the model: at most d = {d} canaries, got {canaries}")
+    return canaries
+
+
 @dataclass(frozen=True)
 class OneRunResult:
     method: str
@@ -108,16 +123,16 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     canaries, and the epsilon lower bound their guesses certify (module docstring)."""
     checks.one_of("method", method, METHODS)
     start = time.perf_counter()
-    torch.manual_seed(seed)
+    # Theorem 3.1 needs the canaries' inclusion independent of the run's randomness: four independent streams
+    streams = np.random.SeedSequence(seed).generate_state(4)
+    init_seed, canary_seed, sampler_seed, noise_seed = (int(s) for s in streams)
+    torch.manual_seed(init_seed)
     x_train, y_train, x_test, y_test = load_digits()
     model = digits_mlp()
     params = [p for p in model.parameters() if p.requires_grad]
-    d = sum(p.numel() for p in params)
-    canaries = checks.integer("canaries", canaries, minimum=2)
-    if canaries > d:
-        raise ValueError(f"each canary needs its own coordinate: at most d = {d} canaries for this model")
-    g = torch.Generator().manual_seed(seed)
-    coordinates = torch.randperm(d, generator=g)[:canaries]
+    canaries = check_canaries(canaries, params)
+    g = torch.Generator().manual_seed(canary_seed)
+    coordinates = torch.randperm(sum(p.numel() for p in params), generator=g)[:canaries]
     inside = torch.rand(canaries, generator=g) < 0.5
     x_all = torch.cat([x_train, torch.zeros(int(inside.sum()), *x_train.shape[1:])])
     y_all = torch.cat([y_train, -(inside.nonzero().flatten() + 1)])
@@ -126,8 +141,9 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     steps = epochs * max(1, round(1 / q))
     plan = tuning_plan(epsilon, delta, q, steps)
     dp_method = METHODS[method].from_plan(plan, **hyperparameters)
+    public_size = len(x_train) + canaries / 2  # the expected training-set size: B must not reveal who is in
     engine = DPOptimizer(model, torch.optim.Adam(params, lr=lr), dp_method, sample_rate=q,
-                         expected_batch_size=q * len(x_all), noise_seed=seed)
+                         expected_batch_size=q * public_size, noise_seed=noise_seed)
     engine.per_sample = WithCanaries(engine.per_sample, dirac_canaries(params, coordinates))
     scores = torch.zeros(canaries)
     release = dp_method.release
@@ -139,7 +155,7 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
         return out
 
     dp_method.release = recorded
-    sampler = PoissonSampler(N=len(x_all), expected_batch_size=q * len(x_all), seed=seed)
+    sampler = PoissonSampler(N=len(x_all), expected_batch_size=q * len(x_all), seed=sampler_seed)
     for _ in range(steps):
         batch = sampler.sample()
         engine.step(x_all[batch], y_all[batch], index=batch)
@@ -172,18 +188,28 @@ BOOK_CANARIES = (200, 2000)  # about 7 % and 41 % of the training set once half 
 
 def main(argv=None) -> int:
     """``python -m dpbook.audit.one_run --output PATH``: the book's one-run audits (every method of
-    :data:`BOOK_RUNS` x number of canaries x epsilon x seed), each written to ``PATH`` as it finishes; a rerun with
-    the same settings skips those done."""
+    :data:`BOOK_RUNS` x number of canaries x epsilon x seed), each written to ``PATH`` as it finishes. A rerun with
+    the same parameters skips the runs done; a file written with other parameters is refused (``--force`` starts
+    it afresh)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.audit.one_run", description=main.__doc__)
     parser.add_argument("--methods", nargs="+", default=list(BOOK_RUNS), choices=list(BOOK_RUNS))
     parser.add_argument("--epsilons", nargs="+", type=float, default=list(BOOK_EPSILONS))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--canaries", nargs="+", type=int, default=list(BOOK_CANARIES))
     parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--force", action="store_true", help="replace a file written with other parameters")
     args = parser.parse_args(argv)
-    settings = {"epochs": 10, "batch_size": 128, "delta": 1e-5, "guesses": list(GUESSES)}
-    record = json.loads(args.output.read_text()) if args.output.exists() else {}
-    runs = record.get("runs", []) if record.get("parameters") == settings else []
+    try:
+        for m in args.canaries:
+            check_canaries(m, list(digits_mlp().parameters()))
+        for epsilon in args.epsilons:
+            checks.positive("--epsilons", epsilon)
+        checks.integer("--seeds", args.seeds)
+    except ValueError as error:
+        parser.error(str(error))
+    parameters = {"epochs": 10, "batch_size": 128, "lr": 0.01, "delta": 1e-5, "guesses": list(GUESSES),
+                  "hyperparameters": BOOK_RUNS}
+    runs = resumable(args.output, parameters, "runs", force=args.force, parser=parser)
     done = {(r["method"], r["canaries"], r["epsilon"], r["seed"]) for r in runs}
     cells = [(method, m, epsilon, seed) for method in args.methods for m in args.canaries
              for epsilon in args.epsilons for seed in range(args.seeds)]
@@ -192,7 +218,7 @@ def main(argv=None) -> int:
             continue
         result = one_run_audit(method, BOOK_RUNS[method], epsilon=epsilon, canaries=m, seed=seed)
         runs.append({**result.to_dict(), "epsilon": epsilon, "seed": seed})
-        io.atomic_write_json({"parameters": settings, "runs": runs}, args.output)
+        io.atomic_write_json({"parameters": parameters, "runs": runs}, args.output)
         print(f"{method}, {m} canaries, epsilon {epsilon}, seed {seed}: epsilon >= {result.epsilon_lower:.3f} "
               f"({result.seconds:.1f} s)", file=sys.stderr)
     return 0

@@ -186,6 +186,9 @@ def run(cls: type, scenario: Scenario, *, name: str, broken: str | None = None, 
     ``1 - (1 - confidence) / k`` so that all its bounds hold together (:mod:`dpbook.audit.__main__`)."""
     trials = checks.integer("trials (releases per world)", trials, minimum=4)
     q = checks.rate("sample_rate", sample_rate)
+    delta = checks.open_unit("delta", delta)
+    accountant = accounting.check_accountant(accountant)
+    confidence = checks.open_unit("confidence", confidence)
     if cls.full_batch and q != 1:
         raise ValueError(f"{name!r} is full-batch (every step holds the whole training set): audit it at "
                          f"sample rate 1, not {q!r}")

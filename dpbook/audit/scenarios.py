@@ -5,8 +5,8 @@ on D' = D plus one canary gradient. What makes the audit tight is the choice of 
 
 - the **canary** is a Dirac gradient, ``u = e_0`` (the first coordinate of the first parameter tensor), scaled so
   that its contribution reaches the method's sensitivity: 10^6 for every weight that saturates at infinity
-  (clipping at any threshold, Auto-S, PSAC, PSASC), exactly ``C_t`` for AdaClip, whose count moves only for a norm
-  at most ``C_t`` (1[||g|| <= C_t]) while the sum moves by the norm itself;
+  (clipping at any threshold, Auto-S, PSAC, PSASC), exactly ``C_t`` for AdaClip (counted unclipped, it moves the
+  centred count by +1/2; a larger canary would move it by -1/2, as much, so either saturates both releases);
 - the **background** is 8 examples in directions orthogonal to u, with norms alternating 0.01 and 100: half are
   clipped at any threshold in between, which keeps AdaClip's released fraction and DC-SGD's histogram away from
   their clamps and empty bins;
@@ -37,7 +37,7 @@ BACKGROUND_NORMS = (0.01, 100.0) * 4
 """The norms of the 8 background examples."""
 
 HUGE = 1e6
-"""The canary's norm where a weight saturates at infinity (the contribution is then within 1e-9 of its bound)."""
+"""The canary's norm where a weight saturates at infinity (the contribution is then within 1e-8 of its bound)."""
 
 DTYPE = torch.float64
 
@@ -113,7 +113,8 @@ def _prepare_dpdr(method: Method, grads: Grads) -> None:
 
 
 def _dpdr_canary(method: Method) -> Grads:
-    """u + b^(1): a huge parallel coefficient and a huge orthogonal part, so both clips saturate."""
+    """u + b (both layers' base vectors): huge parallel coefficients and a huge orthogonal part (u), so both
+    clips saturate."""
     return [d + b for d, b in zip(dirac(), _dpdr_base())]
 
 
@@ -151,8 +152,9 @@ SCENARIOS: dict[str, Scenario] = {
                         "count is released with the gradient"),
     "dcsgd-e": Scenario(dict(sigma=1.0), "C_0 = 1, R_0 = b = 20: the canary lands in the overflow bin"),
     "adaclip": Scenario(dict(sigma=1.0, sigma_b=1.0), "C_t = 1 and a canary of norm exactly C_t: it is counted "
-                        "unclipped (+1/2 on the centred count) and contributes C_t to the sum; half the background "
-                        "is clipped, so the released fraction sits near 1/2, far from its clamps",
+                        "unclipped (+1/2 on the centred count, the most one example moves it) and contributes C_t "
+                        "to the sum; half the background is clipped, so the released fraction sits near 1/2, far "
+                        "from its clamps",
                         canary_norm=lambda method: method.C),
     "autos": Scenario(dict(sigma=1.0), "stateless; the canary's weight 1/(10^6 + gamma) gives it norm 1 - 1e-8"),
     "psac": Scenario(dict(C=1.0, r=1e-3, sigma=1.0), "stateless; the weight's sup C is approached at infinity"),
@@ -163,12 +165,13 @@ SCENARIOS: dict[str, Scenario] = {
         "iterates is 0, so its inner momentum is its gradient, norm 10^6", prepare=_prepare_psasc_momentum),
     "psasc-momentum-gd": Scenario(
         dict(C=1.0, r=1e-3, s=0.5, sigma=1.0, gamma=0.5),
-        "full batch (q = 1), step 1: each example's EMA holds its gradient of step 0, the canary's included",
+        "full batch (q = 1), step 1: each example's EMA holds its gradient of step 0, the canary's included; the "
+        "training-set size N is treated as public (the engine divides the sum by it; the audit checks the sum)",
         prepare=_prepare_psasc_momentum_gd),
     "dpdr": Scenario(
         dict(C_perp=1.0, C_alpha=1.0, sigma_perp=1.5, sigma_alpha=1.5, C_g=1.0, sigma_g=1.0, s=50),
-        "step 2 (the first GDR step) with the base b = (e_1, e_0) orthogonal to u; the canary u + b^(1) has a huge "
-        "orthogonal part and a huge parallel coefficient, so both of its clips saturate",
+        "step 2 (the first GDR step) with the base b = (e_1, e_0) orthogonal to u; the canary u + b has a huge "
+        "orthogonal part and huge parallel coefficients, so both of its clips saturate",
         prepare=_prepare_dpdr, canary_direction=_dpdr_canary),
     "diff": Scenario(dict(C_d=1.0, sigma=1.0), "step 2 with a previous release orthogonal to u: the canary's "
                      "difference has norm about 10^6", prepare=_prepare_diff),

@@ -375,6 +375,9 @@ def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_al
     >>> round(gdr_release_mu(C_perp=1.0, C_alpha=1.0, sigma_perp=1.5, sigma_alpha=1.5), 4)   # charged: 0.9428
     0.8165
     """
+    C_perp, C_alpha = checks.positive("C_perp", C_perp), checks.positive("C_alpha", C_alpha)
+    sigma_perp = checks.positive("sigma_perp", sigma_perp, "without noise the release is not private")
+    sigma_alpha = checks.non_negative("sigma_alpha", sigma_alpha)
     parallel = C_alpha ** 2 / ((sigma_alpha * C_alpha) ** 2 + (sigma_perp * C_perp) ** 2)
     return math.sqrt(parallel + 1 / sigma_perp ** 2)
 
