@@ -26,7 +26,7 @@ import torch
 from dpbook import checks
 from dpbook.audit.one_step import AuditResult, run
 from dpbook.audit.scenarios import SCENARIOS, Scenario
-from dpbook.methods.adaclip import AdaClip, geometric_update
+from dpbook.methods.adaclip import AdaClip
 from dpbook.methods.base import GaussianNoise, MicroBatch
 from dpbook.methods.dpsgd import DPSGD
 from dpbook.per_sample import Grads
@@ -49,15 +49,10 @@ class HalfNoise(DPSGD):
 class RealisedBatchAdaClip(AdaClip):
     """Broken: the unclipped fraction ``(count + N(0, sigma_b^2)) / |B_t|``, over the realised batch size."""
 
-    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        noisy_sum = [s + noise.like(s, self.noise_std()) for s in acc["sum"]]
+    def released_fraction(self, acc: dict, noise: GaussianNoise) -> float:
         count = torch.tensor([float(acc["unclipped"])], dtype=torch.float64)
         noisy_count = float((count + noise.like(count, self.sigma_b))[0])
-        b = min(1.0, max(0.0, noisy_count / max(acc["n"], 1)))  # the realised |B_t|: private
-        self._next = geometric_update(self.C, b, self.p, self.eta_C)
-        self.last_fraction = b
-        self._step_info = {"C_next": self._next, "unclipped_fraction": b}
-        return noisy_sum
+        return min(1.0, max(0.0, noisy_count / max(acc["n"], 1)))  # the realised |B_t|: private
 
 
 class DataDependentNoise(DPSGD):

@@ -129,15 +129,18 @@ class AdaClip(ScaledSum):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         noisy_sum = super().release(acc, noise)  # + N(0, sigma_Delta^2 C_t^2 I_d), drawn first
-        unclipped = int(acc["unclipped"])
-        centred = torch.tensor([unclipped - acc["n"] / 2], dtype=torch.float64, device=noise.generator.device)
-        noisy_centred = float((centred + noise.like(centred, self.sigma_b))[0])  # + N(0, sigma_b^2), drawn second
-        b = unclipped_fraction(noisy_centred, self.B)
+        b = self.released_fraction(acc, noise)  # drawn second
         self._next = geometric_update(self.C, b, self.p, self.eta_C)
         self.last_fraction = b
         self._step_info = {"C_next": self._next, "unclipped_fraction": b}
-        self._nonprivate = {"nonprivate/unclipped_count": float(unclipped)}
+        self._nonprivate = {"nonprivate/unclipped_count": float(acc["unclipped"])}
         return noisy_sum
+
+    def released_fraction(self, acc: dict, noise: GaussianNoise) -> float:
+        """b~: the centred unclipped count plus N(0, sigma_b^2), over the expected B, clamped (post-processing)."""
+        centred = torch.tensor([int(acc["unclipped"]) - acc["n"] / 2], dtype=torch.float64,
+                               device=noise.generator.device)
+        return unclipped_fraction(float((centred + noise.like(centred, self.sigma_b))[0]), self.B)
 
     def advance(self) -> None:
         super().advance()
