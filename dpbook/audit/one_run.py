@@ -31,7 +31,6 @@ Here, white-box, with gradient canaries:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass
