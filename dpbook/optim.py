@@ -1,5 +1,5 @@
-"""The private step: Poisson batch -> per-sample gradients in micro-batches -> the method's noisy sum -> / B
--> any torch optimizer -> the accountant records (noise multiplier, q).
+"""The private step: Poisson batch -> per-sample norms and gradients (or only their re-weighted sums) in
+micro-batches -> the method's noisy sum -> / B -> any torch optimizer -> the accountant records (noise multiplier, q).
 
     >>> import torch
     >>> from torch import nn
@@ -25,6 +25,7 @@ method's :meth:`~dpbook.methods.base.Method.nonprivate_diagnostics`) are for tea
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Callable
 
 import torch
@@ -34,7 +35,12 @@ from dpbook import checks
 from dpbook.accounting import PrivacyLedger
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch, is_nonprivate
 from dpbook.models import check_no_batchnorm
-from dpbook.per_sample import PerSampleGradients, check_finite, flat_norms
+from dpbook.per_sample import BookKeeping, PerSampleGradients, Unsupported, check_finite, flat_norms
+
+PER_SAMPLE_ENGINES = ("auto", "book-keeping", "vmap")
+"""``DPOptimizer(per_sample=...)``: ``"book-keeping"`` forms per-sample norms and re-weighted sums from the layers'
+stored tensors (:mod:`dpbook.per_sample.book_keeping`), ``"vmap"`` the per-sample gradients themselves
+(:mod:`dpbook.per_sample.vmap`), ``"auto"`` the first whenever the method needs no per-sample vectors."""
 from dpbook.sampling import micro_batches
 
 
@@ -61,6 +67,11 @@ class DPOptimizer:
         micro_batch_size: physical micro-batch size (None: the logical batch at once). The result does not
             depend on it; peak memory does.
         noise_seed: seed of the noise generator (checkpointed with :meth:`state_dict`).
+        per_sample: ``"auto"`` (default), ``"book-keeping"`` or ``"vmap"`` (:data:`PER_SAMPLE_ENGINES`). Both give
+            the same release up to float rounding; Book-Keeping costs a fraction of ``vmap`` and serves every
+            method with ``per_sample_vectors = False`` (the scaled sums). A model whose structure it cannot handle
+            exactly (a layer fed keyword arguments, an output changed in place, a parameter used outside its own
+            module) falls back to ``vmap`` with a warning that says why.
         nonprivate_diagnostics: after every step, keep in ``nonprivate_info`` the step's statistics of the raw
             batch (``"nonprivate/..."`` keys: its realised size and the method's non-private diagnostics). No DP
             guarantee covers them: they are for teaching, never for logs or result files.
@@ -78,6 +89,7 @@ class DPOptimizer:
         micro_batch_size: int | None = None,
         noise_seed: int = 0,
         nonprivate_diagnostics: bool = False,
+        per_sample: str = "auto",
     ):
         check_no_batchnorm(model)
         self.model, self.optimizer, self.method = model, optimizer, method
@@ -87,6 +99,7 @@ class DPOptimizer:
             "micro_batch_size", micro_batch_size)
         self.per_sample = PerSampleGradients(model, loss_fn)
         self.params = self.per_sample.params
+        self.book_keeping = self._book_keeping(per_sample, method, model, loss_fn)
         self._check_optimizer_covers_params()
         device = self.params[0].device
         self.noise = GaussianNoise(noise_seed, device=device)
@@ -97,6 +110,16 @@ class DPOptimizer:
             raise ValueError(f"this {method.name!r} method object has already taken {method.t} step(s) in another "
                              f"run; make a new one for every run (make_method({method.name!r}, ...))")
         method.bind(self.params, expected_batch_size=self.B)
+
+    @staticmethod
+    def _book_keeping(per_sample: str, method: Method, model, loss_fn) -> BookKeeping | None:
+        checks.one_of("per-sample engine", per_sample, PER_SAMPLE_ENGINES)
+        if per_sample == "book-keeping" and method.per_sample_vectors:
+            raise ValueError(f"{method.name!r} reads the per-sample gradient vectors (per_sample_vectors = True), "
+                             "which Book-Keeping never forms; use per_sample='vmap' or 'auto'")
+        if per_sample == "vmap" or method.per_sample_vectors:
+            return None
+        return BookKeeping(model, loss_fn)
 
     def _check_optimizer_covers_params(self) -> None:
         in_optimizer = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
@@ -120,9 +143,10 @@ class DPOptimizer:
         acc = method.start(self.params)
         for sl in micro_batches(len(x), self.micro_batch_size):
             xb, yb = x[sl], y[sl]
-            grads, norms = self._per_sample_checked(xb, yb)
             grads_at = functools.partial(self._grads_at, xb, yb)  # for methods that need other iterates
-            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, grads_at, None if index is None else index[sl]))
+            grads, norms, summed = self._norms_and_sums(xb, yb)
+            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, grads_at, None if index is None else index[sl],
+                                              summed))
         sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
         noisy_sum = method.release(acc, self.noise)
         for p, s in zip(self.params, noisy_sum):
@@ -135,6 +159,21 @@ class DPOptimizer:
             self.nonprivate_info = {"nonprivate/batch_size": len(x), **method.nonprivate_diagnostics()}
         method.advance()
         return info
+
+    def _norms_and_sums(self, x, y):
+        """``(grads, norms, None)`` from ``vmap``, or ``(None, norms, summed)`` from Book-Keeping."""
+        if self.book_keeping is not None:
+            try:
+                norms, summed = self.book_keeping(x, y)
+            except Unsupported as why:
+                warnings.warn(f"Book-Keeping cannot handle this model exactly ({why}); this run uses the vmap "
+                              "per-sample gradients (same result, slower)", stacklevel=3)
+                self.book_keeping = None
+            else:
+                if not bool(torch.isfinite(norms).all()):
+                    self._per_sample_checked(x, y)  # raises NonFiniteGradientError naming the parameter
+                return None, norms, summed
+        return *self._per_sample_checked(x, y), None
 
     def _per_sample_checked(self, x, y, params=None):
         """Per-sample gradients (at ``params``, default the current ones) and their norms; NaN/inf is an error."""

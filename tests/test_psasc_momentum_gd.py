@@ -66,9 +66,9 @@ def reference_gd_steps(model, optimizer, x, y, hp, steps, reading):
     return [p.detach() for p in trainable(model)]
 
 
-def engine(model, optimizer, method, *, micro_batch_size=None, seed=0, noise_off=True):
+def engine(model, optimizer, method, *, micro_batch_size=None, seed=0, noise_off=True, per_sample="auto"):
     e = DPOptimizer(model, optimizer, method, sample_rate=1.0, expected_batch_size=N, loss_fn=loss_fn,
-                    micro_batch_size=micro_batch_size, noise_seed=seed)
+                    micro_batch_size=micro_batch_size, noise_seed=seed, per_sample=per_sample)
     if noise_off:
         e.noise = NoNoise()
     return e
@@ -152,7 +152,7 @@ def test_gamma_one_is_full_batch_psasc_to_the_bit(hp_change):
                                                                               gamma=1.0)):
         model = tiny_cnn()
         runs.append(gd_steps(method, model, torch.optim.SGD(model.parameters(), lr=5.0), x, y, 4, noise_off=False,
-                             seed=5)[0])
+                             seed=5, per_sample="vmap")[0])  # Algorithm 2's engine: bit for bit
     assert all(torch.equal(p, q) for sa, sb in zip(*runs) for p, q in zip(sa, sb))
 
 

@@ -142,7 +142,7 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     dp_method = METHODS[method].from_plan(plan, **hyperparameters)
     public_size = len(x_train) + canaries / 2  # the expected training-set size: B must not reveal who is in
     engine = DPOptimizer(model, torch.optim.Adam(params, lr=lr), dp_method, sample_rate=q,
-                         expected_batch_size=q * public_size, noise_seed=noise_seed)
+                         expected_batch_size=q * public_size, noise_seed=noise_seed, per_sample="vmap")
     engine.per_sample = WithCanaries(engine.per_sample, dirac_canaries(params, coordinates))
     scores = torch.zeros(canaries)
     release = dp_method.release

@@ -3,7 +3,8 @@
 A private step (DESIGN.md, "one private step") is, for every method:
 
     start(params)                      -> accumulators for one logical batch
-    accumulate(acc, micro_batch)       -> once per physical micro-batch (per-sample grads and norms)
+    accumulate(acc, micro_batch)       -> once per physical micro-batch (per-sample norms, and the per-sample
+                                          gradients or only their re-weighted sums, see ``per_sample_vectors``)
     release(acc, noise)                -> the noisy *sum*; the engine divides it by the expected B
     advance()                          -> t <- t + 1 (thresholds, bases, schedules move to the next step)
 
@@ -62,21 +63,32 @@ def is_nonprivate(key: str) -> bool:
 
 @dataclass
 class MicroBatch:
-    """What a method sees of one physical micro-batch of the logical (Poisson) batch."""
+    """What a method sees of one physical micro-batch of the logical (Poisson) batch.
+
+    ``grads`` holds the per-sample gradients when the engine formed them (``vmap``), and is None on the
+    Book-Keeping path, which gives only the norms and :meth:`weighted_sum` (a method that reads ``grads`` declares
+    ``per_sample_vectors = True``, and the engine then always forms them).
+    """
 
     x: torch.Tensor
     y: torch.Tensor
-    grads: Grads  # per-sample gradients at the current parameters, one tensor (n, *shape) per parameter
+    grads: Grads | None  # per-sample gradients at the current parameters, one tensor (n, *shape) per parameter
     norms: torch.Tensor  # their flat L2 norms, shape (n,)
     grads_at: Callable[[Sequence[torch.Tensor]], Grads]  # per-sample gradients at other parameter values
     # The examples' indices in the training set, shape (n,), when the caller passes them to the engine
     # (``DPOptimizer.step(x, y, index=...)``; ``Trainer`` does). Methods with per-example state across steps need
     # them (DP-PSASC's Algorithm 2, ``psasc_momentum_gd.py``); the others ignore them.
     index: torch.Tensor | None = None
+    # sum_i w_i g_i from the layers' stored tensors (dpbook.per_sample.book_keeping), when grads is None.
+    summed: Callable[[torch.Tensor], Grads] | None = None
 
     @property
     def n(self) -> int:
         return len(self.norms)
+
+    def weighted_sum(self, weights: torch.Tensor) -> Grads:
+        """``sum_i w_i g_i`` for each parameter, from ``grads`` or from the Book-Keeping path's stored tensors."""
+        return weighted_sum(self.grads, weights) if self.summed is None else self.summed(weights)
 
 
 class GaussianNoise:
@@ -102,6 +114,10 @@ class Method(abc.ABC):
     """Base class of every private-step method (see the module docstring for the protocol)."""
 
     name: ClassVar[str]
+    #: True when ``accumulate`` reads the per-sample gradient vectors (``mb.grads``, ``mb.grads_at``): projections,
+    #: differences, momenta over iterates. False when it needs only their norms and re-weighted sums
+    #: (``mb.weighted_sum``), which the engine then gets without forming them (Book-Keeping).
+    per_sample_vectors: ClassVar[bool] = True
     #: True for a full-batch method (every step sees all N examples, q = 1), which a minibatch grid cannot run.
     full_batch: ClassVar[bool] = False
 
@@ -187,15 +203,18 @@ class ScaledSum(Method):
     """The unified template of per-sample clipping and scaling (DP-PSASC notes, §2.1).
 
     Every example contributes ``w(||g_i||) g_i`` with ``w(G) * G <= sensitivity()`` for every norm G, and the
-    release is ``sum_i w_i g_i + N(0, noise_std()^2 I)``. Subclasses define :meth:`weights` only.
+    release is ``sum_i w_i g_i + N(0, noise_std()^2 I)``. Subclasses define :meth:`weights` only. Norms and a
+    re-weighted sum are all it needs, so the engine never forms the per-sample gradients (Book-Keeping).
     """
+
+    per_sample_vectors: ClassVar[bool] = False
 
     @abc.abstractmethod
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
         """Per-example weights w_i from the unclipped norms ||g_i|| (shape (n,))."""
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
-        for s, c in zip(acc["sum"], weighted_sum(mb.grads, self.weights(mb.norms))):
+        for s, c in zip(acc["sum"], mb.weighted_sum(self.weights(mb.norms))):
             s.add_(c)
         acc["n"] += mb.n
 

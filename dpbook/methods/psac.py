@@ -28,7 +28,7 @@ Readings of the paper (flags of the notes, §10):
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 
@@ -147,6 +147,8 @@ class PSASCMomentum(PSASC):
         (0.3333, 0.3333, 1.0)
     """
 
+    per_sample_vectors: ClassVar[bool] = True  # the inner momentum sums per-sample gradients at past iterates
+
     def __init__(self, *, C: float, r: float, s: float, sigma: float, K0: int, gamma0: float, gamma1: float):
         super().__init__(C=C, r=r, s=s, sigma=sigma)
         self.K0 = checks.integer("K0 (momentum length)", K0, minimum=0)
@@ -180,7 +182,7 @@ class PSASCMomentum(PSASC):
         norms = flat_norms(m)
         check_finite(m, norms, [f"#{j} (inner momentum)" for j in range(len(m))])
         # The inner momentum takes the place of the per-sample gradient in the scaled sum of DP-PSASC.
-        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms))
+        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms, summed=None))
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         noisy = super().release(acc, noise)  # G_k + N(0, (sigma C / s)^2 I)

@@ -113,6 +113,7 @@ class PSASCMomentumGD(PSASC):
 
     full_batch: ClassVar[bool] = True
     """Algorithm 2 runs only at sample rate q = 1: the batch of every step is the whole training set."""
+    per_sample_vectors: ClassVar[bool] = True  # each example's EMA m_i is a vector kept across steps
 
     def __init__(self, *, C: float, r: float, s: float, sigma: float, gamma: float,
                  reading: str = "update-then-scale"):
@@ -194,7 +195,7 @@ class PSASCMomentumGD(PSASC):
         norms = flat_norms(m)
         check_finite(m, norms, [f"#{j} (per-sample momentum)" for j in range(len(m))])
         # The per-sample EMA takes the place of the per-sample gradient in DP-PSASC's scaled sum (line 5).
-        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms))
+        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms, summed=None))
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         seen = int(acc["seen"].sum())

@@ -1,0 +1,220 @@
+r"""Per-sample gradient norms and re-weighted sums without per-sample gradients of the whole model (Book-Keeping).
+
+A scaled-sum method (DP-SGD, DC-SGD, AdaClip, Auto-S, DP-PSAC, DP-PSASC) releases
+:math:`\sum_i w(\|g_i\|)\, g_i + \mathcal N(0, \sigma^2 I)`: it needs each example's gradient *norm* and one
+re-weighted *sum*, never the vectors themselves. :class:`BookKeeping` gets both from one forward and one backward
+pass of the micro-batch (Bu et al. 2022, "Differentially private optimization on large model at small cost"):
+
+1. forward, recording every layer's input ``a`` (layers with trainable parameters only);
+2. backward of the summed per-example losses *to the layers' outputs only*: the gradients ``g`` of the outputs,
+   and no parameter gradient at all;
+3. per layer, from ``(a, g)``: the per-sample squared norms, by the ghost norm or by forming that layer's
+   per-sample gradients, whichever is cheaper for its dimensions (:mod:`dpbook.per_sample.layers`);
+4. ``||g_i||`` over all layers; the method turns them into weights ``w_i``; the re-weighted sum is formed per layer
+   from the same stored tensors.
+
+Exactness is the contract: a structure Book-Keeping cannot handle exactly (a layer fed keyword arguments, an
+output modified in place, a parameter used outside its own module) raises :class:`Unsupported`, and the engine
+then uses the ``vmap`` per-sample gradients of :mod:`dpbook.per_sample.vmap` for the run. On its first call,
+:class:`BookKeeping` also checks its norms and sum against ``vmap`` on a few examples of the micro-batch.
+
+    >>> import torch
+    >>> from torch import nn
+    >>> from dpbook.per_sample import PerSampleGradients, flat_norms, weighted_sum
+    >>> torch.manual_seed(0) and None
+    >>> model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Tanh(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    >>> x, y = torch.randn(5, 1, 8, 8), torch.tensor([0, 1, 2, 1, 0])
+    >>> norms, summed = BookKeeping(model, nn.functional.cross_entropy)(x, y)
+    >>> grads = PerSampleGradients(model, nn.functional.cross_entropy)(x, y)
+    >>> w = torch.rand(5)
+    >>> torch.allclose(norms, flat_norms(grads), rtol=1e-5)
+    True
+    >>> all(torch.allclose(a, b, atol=1e-6) for a, b in zip(summed(w), weighted_sum(grads, w)))
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.func import vmap
+
+from dpbook.per_sample import layers
+from dpbook.per_sample.vmap import Grads, PerSampleGradients, flat_norms, weighted_sum
+
+SELF_CHECK_EXAMPLES = 4
+"""How many examples of the first micro-batch the first call checks against ``vmap`` per-sample gradients."""
+
+
+class Unsupported(Exception):
+    """The model's structure is outside what Book-Keeping computes exactly; use the ``vmap`` per-sample gradients."""
+
+
+@dataclass
+class _Call:
+    """One call of a layer in the forward pass: its inputs and output, then the output's gradient."""
+
+    inputs: tuple[torch.Tensor, ...]
+    output: torch.Tensor
+    versions: list[int]  # of inputs and output when recorded: an in-place change afterwards is refused
+    g: torch.Tensor | None = None
+
+
+@dataclass
+class _Layer:
+    """A module with trainable parameters of its own, and what one forward pass recorded of it."""
+
+    prefix: str
+    module: nn.Module
+    names: set[str]  # its own trainable parameters' local names
+    calls: list[_Call] = field(default_factory=list)
+
+
+class BookKeeping:
+    """Per-sample gradient norms and re-weighted sums of ``model`` from stored activations and output gradients.
+
+    ``BookKeeping(model, loss_fn)(x, y)`` returns ``(norms, summed)``: the L2 norm of each example's gradient over
+    all trainable parameters, shape (n,), and ``summed(w)``, the list ``[sum_i w_i g_i]`` in the order of the
+    trainable parameters (as :class:`~dpbook.per_sample.vmap.PerSampleGradients`). Frozen parameters
+    (``requires_grad=False``) are left out, and no gradient flows into layers that only frozen ones follow.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        self.model, self.loss_fn = model, loss_fn
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.layers = []
+        for prefix, module in model.named_modules():
+            own = {k for k, p in module.named_parameters(recurse=False) if p.requires_grad}
+            if own:
+                self.layers.append(_Layer(prefix, module, own))
+        self.checked = False  # the first call compares itself with vmap (SELF_CHECK_EXAMPLES examples)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], Grads]]:
+        if not self.checked and len(x):
+            self.checked = self._self_check(x[:SELF_CHECK_EXAMPLES], y[:SELF_CHECK_EXAMPLES])
+        return self._norms_and_sum(x, y)
+
+    # --- the two passes -----------------------------------------------------------------------------------
+    def _norms_and_sum(self, x, y):
+        n = len(x)
+        self._forward_backward(x, y)
+        per_layer = [(layer, self._layer_grads(layer, n)) for layer in self.layers if layer.calls]
+        for layer in self.layers:
+            layer.calls = []
+        sq = sum((r.sq_norms for _, r in per_layer), torch.zeros(n, device=x.device))
+        index = {name: i for i, name in enumerate(self.names)}
+
+        def summed(w: torch.Tensor) -> Grads:
+            out = [torch.zeros_like(p) for p in self.params]
+            for layer, r in per_layer:
+                for local, total in r.weighted(w.to(out[0].dtype)).items():
+                    out[index[_qualified(layer.prefix, local)]] = total
+            return out
+
+        return sq.sqrt(), summed
+
+    def _forward_backward(self, x, y) -> None:
+        """Forward with every layer's inputs and output recorded, then the output gradients of the summed
+        per-example losses, stored with each call as ``(inputs, g)``."""
+        handles = [layer.module.register_forward_hook(self._recorder(layer), with_kwargs=True)
+                   for layer in self.layers]
+        try:
+            out = self.model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+        calls = [(layer, call) for layer in self.layers for call in layer.calls]
+        for layer, call in calls:
+            if [t._version for t in (*call.inputs, call.output)] != call.versions:
+                raise Unsupported(f"layer {layer.prefix!r}: its input or output is modified in place after the "
+                                  "call (e.g. ReLU(inplace=True)); write it out of place")
+            if call.output.shape[:1] != (len(x),) or not call.output.requires_grad:
+                raise Unsupported(f"layer {layer.prefix!r}: its output {tuple(call.output.shape)} does not hold "
+                                  f"the {len(x)} examples along dimension 0, or does not depend on its parameters")
+        losses = vmap(lambda o, t: self.loss_fn(o.unsqueeze(0), t.unsqueeze(0)))(out, y)
+        grads = torch.autograd.grad(losses.sum(), [call.output for _, call in calls]) if calls else []
+        for (layer, call), g in zip(calls, grads):  # the generic rule compares its re-run with the output
+            call.g, call.output = g, call.output.detach() if self._is_generic(layer) else None
+
+    @staticmethod
+    def _recorder(layer: _Layer):
+        def hook(module, args, kwargs, output):
+            if kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args) \
+                    or not isinstance(output, torch.Tensor):
+                raise Unsupported(f"layer {layer.prefix!r} ({type(module).__name__}) takes keyword or non-tensor "
+                                  "arguments or returns several tensors")
+            if any(a.shape[:1] != output.shape[:1] for a in args):
+                raise Unsupported(f"layer {layer.prefix!r}: its inputs and output differ in dimension 0")
+            layer.calls.append(_Call(args, output, [t._version for t in (*args, output)]))
+        return hook
+
+    # --- one layer ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _is_generic(layer: _Layer) -> bool:
+        rule = layers.rule_for(layer.module)
+        return rule is None or (len(layer.calls) > 1 and rule not in (layers.linear, layers.embedding))
+
+    def _layer_grads(self, layer: _Layer, n: int) -> layers.LayerGrads:
+        module, names = layer.module, layer.names
+        rule = layers.rule_for(module)
+        if rule in (layers.linear, layers.embedding):  # several calls = one call over a longer sequence
+            tail = (module.in_features,) if rule is layers.linear else ()
+            a = _cat([call.inputs[0].detach().reshape(n, -1, *tail) for call in layer.calls])
+            g = _cat([call.g.reshape(n, -1, call.g.shape[-1]) for call in layer.calls])
+            return rule(module, a, g, names)
+        if rule is not None and len(layer.calls) == 1:
+            return rule(module, layer.calls[0].inputs[0].detach(), layer.calls[0].g, names)
+        return layers.instantiated(self._generic(layer))
+
+    def _generic(self, layer: _Layer) -> dict[str, torch.Tensor]:
+        """Any other layer, or a layer called several times: its per-sample gradients, summed over the calls."""
+        total: dict[str, torch.Tensor] = {}
+        for call in layer.calls:
+            inputs = tuple(t.detach() for t in call.inputs)
+            grads, output = layers.generic(layer.module, inputs, call.g, layer.names)
+            if not torch.allclose(output, call.output, rtol=1e-4, atol=1e-6 * (1 + float(output.abs().max()))):
+                raise Unsupported(f"layer {layer.prefix!r} ({type(layer.module).__name__}) gives another output "
+                                  "when run again one example at a time (randomness inside it, e.g. dropout, or "
+                                  "it mixes the examples)")
+            for k, v in grads.items():
+                total[k] = total[k] + v if k in total else v
+        return total
+
+    # --- the first call's check ---------------------------------------------------------------------------
+    def _self_check(self, x, y) -> bool:
+        """Compare with ``vmap`` on a few examples, in eval mode (dropout off in both): a parameter used outside its
+        module, or a layer that mixes the examples, shows up here as a mismatch. False (not checked yet) when a
+        gradient is not finite: that is the caller's error to report."""
+        training = self.model.training
+        self.model.eval()
+        try:
+            norms, summed = self._norms_and_sum(x, y)
+            reference = PerSampleGradients(self.model, self.loss_fn)(x, y)
+        finally:
+            self.model.train(training)
+        ref_norms = flat_norms(reference)
+        if not bool(torch.isfinite(ref_norms).all()):
+            return False
+        w = 1.0 / ref_norms.clamp(min=1e-12)
+        expected = weighted_sum(reference, w)
+        scale = 1e-4 * (1.0 + max(float(t.abs().max()) for t in expected))
+        bad = [name for name, a, b in zip(self.names, summed(w), expected)
+               if not torch.allclose(a, b, rtol=1e-3, atol=scale)]
+        if bad or not torch.allclose(norms, ref_norms, rtol=1e-3, atol=1e-6 * (1 + float(ref_norms.max()))):
+            raise Unsupported("its per-sample norms or sums disagree with vmap's on the first micro-batch"
+                              + (f" (parameters {bad[:5]})" if bad else "")
+                              + ": a parameter is used outside its own module, or a layer mixes the examples")
+        return True
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def _qualified(prefix: str, local: str) -> str:
+    return f"{prefix}.{local}" if prefix else local

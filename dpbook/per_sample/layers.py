@@ -1,0 +1,276 @@
+r"""Per-layer rules: one layer's per-sample gradient norms and re-weighted sum from its stored tensors.
+
+Example i's gradient of a layer's parameters depends on two tensors only: the layer's input ``a_i`` (its
+activations) and the gradient ``g_i`` of the summed loss with respect to the layer's output. From them, a rule
+gives, for the layer's trainable parameters together,
+
+- ``sq_norms``: the squared L2 norm of each example's gradient, shape (n,);
+- ``weighted(w)``: the re-weighted sum :math:`\sum_i w_i \nabla_\theta \ell_i` of each parameter.
+
+Two ways to get a norm, chosen per layer by cost (Bu et al. 2022, "Scalable and efficient training of large
+convolutional neural networks with differential privacy", mixed ghost clipping):
+
+- **instantiate** the per-sample gradient (e.g. ``G_i = g_i^T a_i``, p x d for a linear layer applied at T
+  positions; T p d multiply-adds and p d numbers per example) and keep it for the weighted sum;
+- the **ghost norm** (Goodfellow 2015; Li et al. 2021) without forming it:
+  :math:`\|g_i^\top a_i\|_F^2 = \sum_{t,t'} \langle a_{it}, a_{it'}\rangle \langle g_{it}, g_{it'}\rangle`
+  (T^2 (d + p) multiply-adds per example), then the weighted sum as one ordinary weight-gradient product with the
+  output gradients scaled by w: :math:`\sum_i w_i g_i^\top a_i = (w \odot g)^\top a` (Book-Keeping, Bu et al. 2022,
+  "Differentially private optimization on large model at small cost"): no second backward pass.
+
+A layer no rule knows gets :func:`generic`: its per-sample gradients by ``torch.func`` (``vmap`` of a ``vjp`` of
+that layer alone), exact for any layer that treats examples independently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vjp, vmap
+
+Weighted = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+
+
+@dataclass
+class LayerGrads:
+    """One layer's per-sample squared gradient norms, and its re-weighted sum as a function of the weights."""
+
+    sq_norms: torch.Tensor  # (n,)
+    weighted: Weighted  # w (n,) -> {parameter's local name: sum_i w_i grad_i}
+
+
+def instantiated(grads: dict[str, torch.Tensor]) -> LayerGrads:
+    """A layer whose per-sample gradients ``{name: (n, *shape)}`` are formed: norms and sums read them."""
+    sq = sum(g.flatten(1).square().sum(1) for g in grads.values())
+    return LayerGrads(sq, lambda w: {k: torch.einsum("n,n...->...", w, g) for k, g in grads.items()})
+
+
+def combine(parts: Sequence[LayerGrads]) -> LayerGrads:
+    """Parameters of one layer handled by separate rules (e.g. a ghost weight and an instantiated bias)."""
+    return LayerGrads(sum(p.sq_norms for p in parts),
+                      lambda w: {k: v for p in parts for k, v in p.weighted(w).items()})
+
+
+def ghost_is_cheaper(T: int, d: int, p: int) -> bool:
+    """Bu et al.'s per-layer choice: the ghost norm costs T^2 (d + p), instantiating costs T d p, per example."""
+    return T * (d + p) < d * p
+
+
+def gram_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    r"""Ghost norm :math:`\sum_{t,t'} \langle a_t, a_{t'}\rangle\langle g_t, g_{t'}\rangle` per example, a (n,T,d),
+    g (n,T,p); clamped at 0 against rounding."""
+    return (a @ a.mT).mul_(g @ g.mT).sum((1, 2)).clamp_(min=0)
+
+
+def gram_sq_norms_t(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """:func:`gram_sq_norms` of ``a.mT, g.mT`` for a (n,d,T), g (n,p,T), without transposing copies."""
+    return (a.mT @ a).mul_(g.mT @ g).sum((1, 2)).clamp_(min=0)
+
+
+# --- nn.Linear ------------------------------------------------------------------------------------------------
+
+
+def linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+    """``y = a W^T + b`` at T positions: a (n, T, d), g (n, T, p) (a sequence, or the calls of a reused layer)."""
+    parts = []
+    if "weight" in names:
+        T, d, p = a.shape[1], a.shape[2], g.shape[2]
+        if T == 1:  # ||g a^T||_F = ||g|| ||a||: the ghost norm at no cost
+            sq = a.square().sum((1, 2)) * g.square().sum((1, 2))
+            parts.append(LayerGrads(sq, lambda w: {"weight": _linear_sum(a, g, w)}))
+        elif ghost_is_cheaper(T, d, p):
+            parts.append(LayerGrads(gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
+        else:
+            parts.append(instantiated({"weight": g.mT @ a}))
+    if "bias" in names:
+        parts.append(instantiated({"bias": g.sum(1)}))
+    return combine(parts)
+
+
+def _linear_sum(a: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """(w * g)^T a over every example and position: one weight-gradient product (Book-Keeping)."""
+    return (g * w[:, None, None]).flatten(0, 1).mT @ a.flatten(0, 1)
+
+
+# --- nn.Conv1d / nn.Conv2d ------------------------------------------------------------------------------------
+
+
+def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+    """A convolution with zero padding: a (n, C_in, *spatial), g (n, C_out, *spatial_out).
+
+    Its weight gradient is a linear layer's at the L output positions, on the unfolded input patches of
+    dimension d = C_in k / groups: the ghost norm costs L^2 (d + C_out) per example, forming the gradient L d C_out.
+    """
+    parts = []
+    if "weight" in names:
+        L, d, p = g[0, 0].numel(), module.weight[0].numel(), module.out_channels
+        if module.groups == 1 and ghost_is_cheaper(L, d, p):
+            sq = gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
+            parts.append(LayerGrads(sq, lambda w: {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}))
+        else:
+            parts.append(instantiated({"weight": _conv_per_sample(module, a, g)}))
+    if "bias" in names:
+        parts.append(instantiated({"bias": g.flatten(2).sum(2)}))
+    return combine(parts)
+
+
+def _bcast(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return w.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def _unfold(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
+    """The input patches (n, C_in k, L) of a convolution with groups = 1, as ``F.unfold`` gives them, but read
+    through a strided view of the padded input (one copy; ``F.unfold`` is up to 3x slower on a CPU)."""
+    spatial = a.dim() - 2
+    pad = [p for p in reversed(module.padding) for _ in (0, 1)]
+    a = F.pad(a, pad)
+    n, c = a.shape[:2]
+    sizes, steps, windows = [], [], []
+    for size, k, stride, dilation, step in zip(a.shape[2:], module.kernel_size, module.stride, module.dilation,
+                                               a.stride()[2:]):
+        sizes.append((size - dilation * (k - 1) - 1) // stride + 1)
+        steps.append(step * stride)
+        windows.append(step * dilation)
+    view = a.as_strided((n, c, *module.kernel_size, *sizes), (*a.stride()[:2], *windows, *steps))
+    return view.reshape(n, c * module.weight[0, 0].numel(), -1)
+
+
+def _conv_weight_grad(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, *,
+                      weight: torch.Tensor | None = None, groups: int | None = None) -> torch.Tensor:
+    """The convolution's weight gradient for input a and output gradient g (summed over the examples of a)."""
+    spatial = a.dim() - 2
+    return torch.ops.aten.convolution_backward(
+        g, a, module.weight if weight is None else weight, None, list(module.stride), list(module.padding),
+        list(module.dilation), False, [0] * spatial, groups or module.groups, [False, True, False])[1]
+
+
+def _grouped_weight_grads(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """The m per-sample weight gradients of a (m, C_in, *) as one convolution over a (1, m C_in, *) with m times
+    the groups: group j of the result is example j's gradient."""
+    m = len(a)
+    weight = module.weight.detach().repeat(m, *([1] * (module.weight.dim() - 1)))
+    grads = _conv_weight_grad(module, a.reshape(1, -1, *a.shape[2:]), g.reshape(1, -1, *g.shape[2:]),
+                              weight=weight, groups=m * module.groups)
+    return grads.reshape(m, *module.weight.shape)
+
+
+GROUPED_WORK = 1_000_000
+"""On a CPU, per-sample conv gradients of at least this many multiply-adds per example (L d C_out) are formed by
+the convolution's own weight gradient, :data:`GROUPED_EXAMPLES` examples per call; smaller ones by unfolding the
+input and one batched product, which wins when the per-call overhead dominates. Measured on the book's models
+(2026-11-25, 2-core CPU); ``python -m dpbook.bench`` times the whole step."""
+
+GROUPED_EXAMPLES = 16
+"""Examples per weight-gradient call: m examples side by side in the channels of one input, a convolution with
+m times the groups, give the m per-sample gradients at once (m = 16 was the fastest of 1 to 32 on the CIFAR-10 CNN's
+layers: 1.6x to 2x faster than one example per call)."""
+
+
+def _conv_per_sample(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Per-sample weight gradients (n, *weight.shape): grouped weight-gradient calls on a CPU for large layers (or
+    any grouped convolution), else the unfolded input times the output gradient (the way on a GPU)."""
+    work = g[0, 0].numel() * module.weight[0].numel() * module.out_channels
+    if module.groups != 1 or (a.device.type == "cpu" and work >= GROUPED_WORK):
+        return torch.cat([_grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
+                          for s in range(0, len(a), GROUPED_EXAMPLES)])
+    G = g.flatten(2) @ _unfold(module, a).mT  # (n, C_out, C_in k)
+    return G.reshape(len(a), *module.weight.shape)
+
+
+def conv_supported(module: nn.Module) -> bool:
+    """A Conv1d/Conv2d with numeric zero padding (string padding and other padding modes go to :func:`generic`)."""
+    return (isinstance(module, (nn.Conv1d, nn.Conv2d)) and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str))
+
+
+# --- normalisation layers -------------------------------------------------------------------------------------
+
+
+def group_norm(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+    """``y = x_hat * weight + bias`` per channel, x_hat normalised per example and group: a, g (n, C, *)."""
+    dims = tuple(range(2, a.dim()))
+    grads = {}
+    if "weight" in names:
+        x_hat = F.group_norm(a, module.num_groups, eps=module.eps)
+        grads["weight"] = (g * x_hat).sum(dims)
+    if "bias" in names:
+        grads["bias"] = g.sum(dims)
+    return instantiated(grads)
+
+
+def layer_norm(module: nn.LayerNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+    """``y = x_hat * weight + bias`` over the last dims ``normalized_shape``: a, g (n, *, *normalized_shape)."""
+    dims = tuple(range(1, a.dim() - len(module.normalized_shape)))
+    grads = {}
+    if "weight" in names:
+        x_hat = F.layer_norm(a, module.normalized_shape, eps=module.eps)
+        grads["weight"] = (g * x_hat).sum(dims)
+    if "bias" in names:
+        grads["bias"] = g.sum(dims)
+    return instantiated(grads)
+
+
+# --- nn.Embedding ---------------------------------------------------------------------------------------------
+
+
+def embedding(module: nn.Embedding, ids: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+    r"""Row lookup: ids (n, T), g (n, T, p). Example i's gradient adds g_it to row ids_it, so its squared norm is
+    :math:`\sum_{t,t'} [\mathrm{id}_t = \mathrm{id}_{t'}] \langle g_t, g_{t'}\rangle` (ghost; the V x p per-sample
+    gradient is never formed). The padding row gets no gradient, as in ``nn.Embedding``."""
+    if module.padding_idx is not None:
+        g = g * (ids != module.padding_idx).unsqueeze(-1)
+    same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
+    sq = (same * (g @ g.mT)).sum((1, 2)).clamp(min=0)
+
+    def weighted(w):
+        rows = (g * w[:, None, None]).flatten(0, 1)
+        return {"weight": torch.zeros_like(module.weight).index_add_(0, ids.flatten(), rows)}
+
+    return LayerGrads(sq, weighted)
+
+
+def embedding_supported(module: nn.Module) -> bool:
+    """Dense embeddings whose gradient does not depend on the batch (``scale_grad_by_freq`` counts batch-wide)."""
+    return isinstance(module, nn.Embedding) and not module.scale_grad_by_freq and not module.sparse
+
+
+# --- any other layer ------------------------------------------------------------------------------------------
+
+
+def generic(module: nn.Module, inputs: tuple[torch.Tensor, ...], g: torch.Tensor,
+            names: set[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Per-sample gradients ``{name: (n, *shape)}`` of the layer's own trainable parameters by ``torch.func``, in a
+    ``vmap`` over examples: the vector-Jacobian product of the layer alone at ``inputs[i]`` with cotangent ``g[i]``;
+    and the layer's output so recomputed (its caller checks it against the recorded one).
+    """
+    params = {k: p.detach() for k, p in module.named_parameters(recurse=False) if k in names}
+
+    def one(inputs_i, g_i):
+        def layer(p):
+            return functional_call(module, p, tuple(x.unsqueeze(0) for x in inputs_i))
+        output, pullback = vjp(layer, params)
+        return pullback(g_i.unsqueeze(0))[0], output.squeeze(0)
+
+    return vmap(one, randomness="different")(inputs, g)
+
+
+# --- which rule -----------------------------------------------------------------------------------------------
+
+
+def rule_for(module: nn.Module) -> Callable | None:
+    """The rule of a layer that takes one tensor, or None (then :func:`generic`)."""
+    if isinstance(module, nn.Linear):
+        return linear
+    if conv_supported(module):
+        return conv
+    if isinstance(module, nn.GroupNorm):
+        return group_norm
+    if isinstance(module, nn.LayerNorm):
+        return layer_norm
+    if embedding_supported(module):
+        return embedding
+    return None
