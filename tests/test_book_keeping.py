@@ -1,0 +1,371 @@
+"""The Book-Keeping engine (``dpbook.per_sample.book_keeping``) against the vmap per-sample gradients and the
+one-example-at-a-time loop: every model of ``dpbook.models`` and the text models, every layer rule on random shapes
+(both strategies of each), the engine's release for every scaled-sum method with micro-batching, frozen layers and
+empty batches, and the fall-backs to vmap that keep an unsupported model exact."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from dpbook import models, text
+from dpbook.audit.scenarios import SCENARIOS
+from dpbook.methods import METHODS, make_method
+from dpbook.optim import DPOptimizer
+from dpbook.per_sample import BookKeeping, PerSampleGradients, flat_norms, layers, weighted_sum
+from tests.reference import NoNoise, batch, flat_norm, per_example_gradients, tiny_cnn
+
+F = nn.functional.cross_entropy
+DTYPE = torch.float64  # float64 on both sides: only the algorithms are compared
+
+
+def compare(model, x, y, *, rtol=1e-9):
+    """Book-Keeping's norms and a random re-weighted sum equal vmap's."""
+    norms, summed = BookKeeping(model, F)(x, y)
+    grads = PerSampleGradients(model, F)(x, y)
+    torch.testing.assert_close(norms, flat_norms(grads), rtol=rtol, atol=1e-12)
+    w = torch.rand(len(x), generator=torch.Generator().manual_seed(0), dtype=norms.dtype)
+    for got, expected in zip(summed(w), weighted_sum(grads, w)):
+        torch.testing.assert_close(got, expected, rtol=rtol, atol=1e-12 * (1 + float(expected.abs().max())))
+
+
+def images(n, shape, classes=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, *shape, generator=g, dtype=DTYPE), torch.randint(0, classes, (n,), generator=g)
+
+
+# --- every model ------------------------------------------------------------------------------------------------
+
+IMAGE_MODELS = {  # name -> (builder, input shape, examples: over 16 where the grouped conv path is taken in chunks)
+    "mnist_cnn": (models.mnist_cnn, (1, 28, 28), 5),
+    "mnist_cnn-gn": (lambda: models.mnist_cnn(norm_groups=4), (1, 28, 28), 5),
+    "cifar10_cnn": (models.cifar10_cnn, (3, 32, 32), 19),
+    "resnet18_gn": (models.resnet18_gn, (3, 32, 32), 3),
+    "resnet34_gn": (models.resnet34_gn, (3, 32, 32), 2),
+    "resnet9": (models.resnet9, (3, 32, 32), 3),
+    "linear_classifier": (models.linear_classifier, (4096,), 5),
+    "digits_cnn": (models.digits_cnn, (1, 8, 8), 20),
+    "digits_mlp": (models.digits_mlp, (1, 8, 8), 20),
+}
+
+
+def test_every_registered_model_is_covered():
+    assert set(models.MODELS) <= {name.split("-")[0] for name in IMAGE_MODELS}
+
+
+@pytest.mark.parametrize("name", sorted(IMAGE_MODELS))
+def test_norms_and_sums_equal_vmap_on_every_model(name):
+    build, shape, n = IMAGE_MODELS[name]
+    torch.manual_seed(0)
+    compare(build().to(DTYPE), *images(n, shape))
+
+
+def test_char_lstm_reuses_its_linear_maps_at_every_time_step():
+    """Each LSTM layer applies its two linear maps once per character: one sequence for Book-Keeping."""
+    torch.manual_seed(0)
+    model = text.char_lstm(text.NAMES_VOCAB_SIZE).to(DTYPE)
+    x = text.encode_names(["Adam", "Müller", "Li", "Nakamura", "O'Neil"], max_length=9)
+    compare(model, x, torch.tensor([0, 3, 5, 17, 2]))
+
+
+def test_tiny_bert_head_with_frozen_embeddings():
+    torch.manual_seed(0)
+    model = text.bert_classifier(config=text.tiny_bert_config()).to(DTYPE).eval()  # eval: dropout off in both
+    n, length = 4, 12
+    ids = torch.randint(1, 100, (n, length), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(n, length, dtype=torch.long)
+    mask[1, 8:] = 0  # padding
+    x = torch.stack([ids, torch.zeros_like(ids), mask], dim=1)
+    compare(model, x, torch.tensor([0, 1, 1, 0]))
+
+
+def test_against_the_one_example_loop():
+    """An independent oracle as well: plain autograd, one example at a time."""
+    model, (x, y) = tiny_cnn(dtype=DTYPE), batch(6, dtype=DTYPE)
+    norms, summed = BookKeeping(model, F)(x, y)
+    loop = per_example_gradients(model, x, y)
+    torch.testing.assert_close(norms, torch.tensor([flat_norm(g) for g in loop], dtype=DTYPE), rtol=1e-10, atol=0)
+    w = torch.linspace(0.1, 1.0, 6, dtype=DTYPE)
+    for j, got in enumerate(summed(w)):
+        torch.testing.assert_close(got, sum(wi * g[j] for wi, g in zip(w, loop)), rtol=1e-10, atol=1e-12)
+
+
+# --- every layer rule, both strategies, random shapes ---------------------------------------------------------
+
+
+class Head(nn.Module):
+    """``layer`` then a fixed random linear read-out of its flattened output: per-sample gradients of the layer."""
+
+    def __init__(self, layer: nn.Module, out_numel: int):
+        super().__init__()
+        self.layer = layer
+        self.readout = nn.Linear(out_numel, 3).requires_grad_(False)
+
+    def forward(self, x):
+        return self.readout(torch.tanh(self.layer(x)).flatten(1))
+
+
+def check_layer(layer, x, monkeypatch, *, ghost=None, grouped=None):
+    """The rule's norms and sums against the one-example loop, with the per-layer strategy forced if asked."""
+    if ghost is not None:
+        monkeypatch.setattr(layers, "ghost_is_cheaper", lambda *dims: ghost)
+    if grouped is not None:
+        monkeypatch.setattr(layers, "GROUPED_WORK", 0 if grouped else float("inf"))
+    layer = layer.to(DTYPE)
+    with torch.no_grad():
+        out_numel = layer(x[:1]).numel()
+    torch.manual_seed(1)
+    model = Head(layer, out_numel).to(DTYPE)
+    y = torch.arange(len(x)) % 3
+    norms, summed = BookKeeping(model, F)(x, y)
+    loop = per_example_gradients(model, x, y)
+    torch.testing.assert_close(norms, torch.tensor([flat_norm(g) for g in loop], dtype=DTYPE), rtol=1e-9, atol=1e-12)
+    w = torch.rand(len(x), dtype=DTYPE)
+    for j, got in enumerate(summed(w)):
+        expected = sum(wi * g[j] for wi, g in zip(w, loop))
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12 * (1 + float(expected.abs().max())))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 5), T=st.integers(1, 4), d=st.integers(1, 6), p=st.integers(1, 6), bias=st.booleans(),
+       ghost=st.booleans(), seed=st.integers(0, 100))
+def test_linear_on_sequences(n, T, d, p, bias, ghost, seed):
+    torch.manual_seed(seed)
+    with pytest.MonkeyPatch.context() as mp:
+        check_layer(nn.Linear(d, p, bias=bias), torch.randn(n, T, d, dtype=DTYPE), mp, ghost=ghost)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 19), c_in=st.integers(1, 3), c_out=st.integers(1, 4), groups=st.sampled_from([1, 2]),
+       k=st.integers(1, 3), stride=st.integers(1, 2), padding=st.integers(0, 2), dilation=st.integers(1, 2),
+       size=st.integers(5, 8), two_d=st.booleans(), bias=st.booleans(), strategy=st.sampled_from(
+           ["ghost", "grouped", "unfold"]), seed=st.integers(0, 100))
+def test_convolutions(n, c_in, c_out, groups, k, stride, padding, dilation, size, two_d, bias, strategy, seed):
+    torch.manual_seed(seed)
+    conv = (nn.Conv2d if two_d else nn.Conv1d)(c_in * groups, c_out * groups, k, stride=stride, padding=padding,
+                                               dilation=dilation, groups=groups, bias=bias)
+    x = torch.randn(n, c_in * groups, *([size] * (2 if two_d else 1)), dtype=DTYPE)
+    with pytest.MonkeyPatch.context() as mp:
+        check_layer(conv, x, mp, ghost=strategy == "ghost", grouped=strategy == "grouped")
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 5), groups=st.sampled_from([1, 2, 4]), affine_bias=st.booleans(), seed=st.integers(0, 100))
+def test_group_norm(n, groups, affine_bias, seed):
+    torch.manual_seed(seed)
+    layer = nn.GroupNorm(groups, 4)
+    layer.bias.requires_grad_(affine_bias)  # a frozen bias: only the weight is the layer's to compute
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+    with pytest.MonkeyPatch.context() as mp:
+        check_layer(layer, torch.randn(n, 4, 3, 3, dtype=DTYPE), mp)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 5), T=st.integers(1, 4), two_dims=st.booleans(), seed=st.integers(0, 100))
+def test_layer_norm(n, T, two_dims, seed):
+    torch.manual_seed(seed)
+    shape = (2, 3) if two_dims else (5,)
+    layer = nn.LayerNorm(shape)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.uniform_(-1, 1)
+    with pytest.MonkeyPatch.context() as mp:
+        check_layer(layer, torch.randn(n, T, *shape, dtype=DTYPE), mp)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 5), T=st.integers(1, 6), vocab=st.integers(2, 5), padding=st.booleans(),
+       seed=st.integers(0, 100))
+def test_embedding_with_repeated_ids_and_padding(n, T, vocab, padding, seed):
+    torch.manual_seed(seed)
+    layer = nn.Embedding(vocab, 3, padding_idx=0 if padding else None)
+    ids = torch.randint(0, vocab, (n, T))  # few ids: repeats within an example are the rule's cross terms
+    with pytest.MonkeyPatch.context() as mp:
+        check_layer(layer, ids, mp)
+
+
+class Scaled(nn.Module):
+    """A layer no rule knows: ``x * weight + shift``, handled by the generic (vmap) rule."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, dim))
+        self.shift = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return x * self.weight + self.shift
+
+
+def test_a_layer_no_rule_knows_gets_the_generic_rule(monkeypatch):
+    check_layer(Scaled(4), torch.randn(5, 2, 4, dtype=DTYPE), monkeypatch)
+
+
+class SharedConv(nn.Module):
+    """One convolution applied twice: its per-sample gradient sums both calls (cross terms in the norm)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(torch.tanh(self.conv(x)))
+
+
+def test_a_layer_called_twice(monkeypatch):
+    check_layer(SharedConv(), torch.randn(4, 2, 5, 5, dtype=DTYPE), monkeypatch)
+
+
+# --- the engine: every scaled-sum method, micro-batching, frozen layers, empty batches --------------------------
+
+SCALED_SUMS = sorted(name for name, cls in METHODS.items() if not cls.per_sample_vectors)
+
+
+def test_the_scaled_sum_methods_are_those_of_the_issue():
+    assert SCALED_SUMS == ["adaclip", "autos", "dcsgd-e", "dcsgd-p", "dpsgd", "dynamic", "psac", "psasc"]
+
+
+def engine_run(name, per_sample, *, sizes, micro_batch_size=None, freeze=False, q=0.1):
+    model = tiny_cnn(dtype=DTYPE)
+    if freeze:
+        model[0].requires_grad_(False)  # the first convolution: no gradient flows into it
+    params = [p for p in model.parameters() if p.requires_grad]
+    method = make_method(name, **SCENARIOS[name].hyperparameters)
+    engine = DPOptimizer(model, torch.optim.SGD(params, lr=0.5), method, sample_rate=q, expected_batch_size=8,
+                         micro_batch_size=micro_batch_size, per_sample=per_sample)
+    engine.noise = NoNoise()
+    infos = [engine.step(*batch(n, seed=k, dtype=DTYPE)) for k, n in enumerate(sizes)]
+    return [p.detach() for p in model.parameters()], infos, engine
+
+
+@pytest.mark.parametrize("name", SCALED_SUMS)
+@pytest.mark.parametrize("micro_batch_size,freeze", [(None, False), (2, False), (3, True)],
+                         ids=["whole", "micro-batches", "frozen"])
+def test_release_equals_vmap_for_every_scaled_sum_method(name, micro_batch_size, freeze):
+    sizes = (7, 0, 5, 6)  # an empty batch among them
+    runs = [engine_run(name, per_sample, sizes=sizes, micro_batch_size=micro_batch_size, freeze=freeze)
+            for per_sample in ("book-keeping", "vmap")]
+    (fast, fast_infos, engine), (slow, slow_infos, _) = runs
+    assert engine.book_keeping is not None and engine.book_keeping.checked, "the fast path ran, no fall-back"
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    for a, b in zip(fast_infos, slow_infos):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_auto_picks_book_keeping_exactly_for_the_scaled_sums(name):
+    hyperparameters = SCENARIOS[name].hyperparameters
+    model = tiny_cnn()
+    q = 1.0 if METHODS[name].full_batch else 0.1
+    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method(name, **hyperparameters),
+                         sample_rate=q, expected_batch_size=8)
+    assert (engine.book_keeping is not None) == (name in SCALED_SUMS)
+
+
+def test_book_keeping_is_refused_for_a_method_that_reads_the_vectors():
+    model = tiny_cnn()
+    with pytest.raises(ValueError, match=r"'diff' reads the per-sample gradient vectors.*per_sample='vmap'"):
+        DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method("diff", C_d=1.0, sigma=1.0),
+                    sample_rate=0.1, expected_batch_size=8, per_sample="book-keeping")
+
+
+def test_a_misspelt_engine_is_named():
+    model = tiny_cnn()
+    with pytest.raises(ValueError, match=r"unknown per-sample engine 'bookkeeping' \(did you mean 'book-keeping'"):
+        DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method("dpsgd", C=1.0, sigma=1.0),
+                    sample_rate=0.1, expected_batch_size=8, per_sample="bookkeeping")
+
+
+# --- fall-backs: a model outside what Book-Keeping computes exactly gets vmap, with a warning --------------------
+
+
+class InPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(36, 5), nn.Linear(5, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu_(self.fc1(x.flatten(1))))  # fc1's output changed in place
+
+
+class Functional(nn.Module):
+    """Reads its child's weight directly: the child's hook never fires (only the self-check can see it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(36, 4)
+
+    def forward(self, x):
+        return nn.functional.linear(x.flatten(1), self.fc.weight) + self.fc.bias
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(6, 2, batch_first=True)
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        x = x.reshape(len(x), 6, 6)
+        return self.fc(self.attention(x, x, x)[0].mean(1))
+
+
+class NoisyScale(Scaled):
+    """A layer with its own randomness: run again one example at a time, it gives another output."""
+
+    def forward(self, x):
+        return nn.functional.dropout(super().forward(x), 0.5, self.training)
+
+
+FALLBACKS = {
+    "in-place": (InPlace, "modified in place"),
+    "functional": (Functional, "disagree with vmap"),
+    "attention": (Attention, "returns several tensors"),
+    "randomness": (lambda: nn.Sequential(nn.Flatten(), NoisyScale(36), nn.Linear(36, 4)), "another output"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FALLBACKS))
+def test_unsupported_models_fall_back_to_vmap_with_a_warning(case):
+    build, reason = FALLBACKS[case]
+    results = []
+    for per_sample in ("auto", "vmap"):
+        torch.manual_seed(0)
+        model = build().to(DTYPE)
+        if case != "randomness":
+            model.eval()
+        engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.5), make_method("dpsgd", C=1.0, sigma=1.0),
+                             sample_rate=0.1, expected_batch_size=8, per_sample=per_sample, noise_seed=3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.manual_seed(5)
+            engine.step(*batch(5, dtype=DTYPE))
+        messages = [str(w.message) for w in caught if "Book-Keeping" in str(w.message)]
+        if per_sample == "auto":
+            assert len(messages) == 1 and reason in messages[0] and engine.book_keeping is None, messages
+        else:
+            assert messages == []
+        results.append([p.detach() for p in model.parameters()])
+    if case != "randomness":  # with dropout, both draws differ anyway
+        for a, b in zip(*results):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_dropout_in_a_known_layer_keeps_the_fast_path():
+    """Dropout between layers is part of the recorded forward: the self-check runs in eval mode, no fall-back."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(36, 8), nn.Dropout(0.5), nn.Tanh(), nn.Linear(8, 4)).train()
+    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.5), make_method("dpsgd", C=1.0, sigma=1.0),
+                         sample_rate=0.1, expected_batch_size=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine.step(*batch(6))
+    assert engine.book_keeping is not None and engine.book_keeping.checked and model.training
