@@ -1,7 +1,9 @@
-"""Atomic writes: a checkpoint or a result file is either the old one or the complete new one, never half."""
+"""Atomic writes: a checkpoint or a result file is either the old one or the complete new one, never half; and
+resumable records of long commands (:func:`resumable`)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -70,3 +72,22 @@ def _running(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def resumable(path: Path, parameters: dict, key: str, *, force: bool, parser: argparse.ArgumentParser) -> list:
+    """The records under ``key`` of an earlier run with the same ``parameters`` in ``path`` (none if it is absent).
+
+    A file that is not JSON, or was written with other parameters, stops the command (exit 2) unless ``force``: a
+    rerun must not replace recorded results with another experiment's."""
+    if not path.exists() or force:
+        return []
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        parser.error(f"{path} is not valid JSON ({error}); move it away, or pass --force to start afresh")
+    recorded = record.get("parameters") or {}
+    differ = sorted(k for k in set(recorded) | set(parameters) if recorded.get(k) != parameters.get(k))
+    if differ:
+        parser.error(f"{path} holds results recorded with other {', '.join(differ)}; choose another "
+                     "--output, or pass --force to replace them")
+    return record[key]

@@ -145,7 +145,7 @@ def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path):
     assert again.returncode == 0 and "audited" not in again.stderr  # nothing re-run
     assert json.loads(again.stdout) == record["results"]
     other = _cli(*args)  # another audit's file is not replaced ...
-    assert other.returncode == 2 and "an audit with other audits" in other.stderr
+    assert other.returncode == 2 and "recorded with other audits" in other.stderr
     assert json.loads(out.read_text()) == record
     forced = _cli(*args, "--force")  # ... unless asked
     assert forced.returncode == 1 and len(json.loads(out.read_text())["results"]) == 1

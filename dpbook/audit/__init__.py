@@ -5,7 +5,7 @@
 - :mod:`dpbook.audit.one_step`: the one-step white-box audit through each method's own release;
 - :mod:`dpbook.audit.broken`: deliberately broken methods, registered here only, that the audit must flag;
 - :mod:`dpbook.audit.one_run`: the audit of a whole training run with many canaries (Steinke et al. 2023);
-- :mod:`dpbook.audit.records`: the audits' result files (resume, never replace another audit's);
+- result files through :func:`dpbook.io.resumable` (a rerun resumes, and never replaces another audit's);
 - ``python -m dpbook.audit`` and ``python -m dpbook.audit.one_run``: the command lines.
 """
 

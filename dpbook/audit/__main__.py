@@ -27,7 +27,7 @@ from tabulate import tabulate
 from dpbook import accounting, checks, io
 from dpbook.audit.broken import BROKEN, audit_broken
 from dpbook.audit.one_step import DELTA, FAST_TRIALS, audit
-from dpbook.audit.records import resumable
+from dpbook.io import resumable
 from dpbook.audit.statistics import CONFIDENCE
 from dpbook.methods import METHODS
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from dpbook import checks, io
-from dpbook.audit.records import resumable
+from dpbook.io import resumable
 from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
 from dpbook.data import load_digits
 from dpbook.methods import METHODS
