@@ -1,33 +1,45 @@
-"""Benchmark of one private step, measured side by side in one run: ``python -m dpbook.bench``.
+"""The cost of one private step, measured side by side in one run: ``python -m dpbook.bench``.
 
-1. Step time on the MNIST CNN (26,010 parameters) at B = 256 (28x28 inputs, fixed batch, median of repeats):
-   the non-private step, dpbook's DP-SGD step (``DPOptimizer`` + ``DPSGD``), Opacus's ``make_private`` DP-SGD
-   step (RDP accountant, same model, same data), and the per-sample-gradient engines alone (torch.func vs Opacus
-   hooks), which is how ``dpbook.per_sample`` chose ``torch.func``. Ratios are printed.
-2. Peak memory of a ResNet18-GN private step at logical B = 256 with two micro-batch sizes, each measured in a
-   fresh child process (peak resident memory above the same process without the step; on a GPU, peak allocated).
+1. **Engines.** For each model and logical batch B, one DP-SGD step (forward, backward, clip, noise, optimizer
+   step) by five contenders: the non-private step, dpbook's Book-Keeping path, dpbook's vmap path, Opacus's hooks
+   (``grad_sample_mode="hooks"``) and Opacus's ghost clipping (``"ghost"``). Times are medians of interleaved
+   rounds (A B C ... A B C ...), so that a change in the machine's load hits every contender alike; peak memory
+   is measured in a fresh child process per contender (resident memory above the process before its first step;
+   on a GPU, peak allocated). Every contender processes the logical batch in the same physical batches.
+2. **Methods.** Every scaled-sum method's step on the Book-Keeping path against DP-SGD's, and DC-SGD-E's
+   threshold search alone.
 
-Options: ``--repeats``, ``--threads``, ``--micro-batch-sizes``, ``--resnet-batch``, ``--skip-memory``.
+The models are those the reproductions train: the papers' MNIST CNN, the CIFAR-10 CNN, ResNet18-GN on 32x32
+inputs and the trainable head of BERT-base (its last encoder layer, pooler and classifier on 128 tokens,
+:class:`dpbook.text.BertHead`). Inputs are random: the cost of a step does not depend on the values.
+
+``--output FILE`` records everything as JSON (a rerun resumes: finished cells are kept), ``--table FILE`` prints
+the markdown tables of a record: the README's and the book's tables are rendered from the recorded file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
 import time
 import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 
-from dpbook.methods import DPSGD
-from dpbook.models import mnist_cnn, resnet18_gn
+from dpbook import models
+from dpbook.io import atomic_write_json, resumable
+from dpbook.methods import METHODS, make_method
 from dpbook.optim import DPOptimizer
-from dpbook.per_sample import PerSampleGradients, flat_norms, weighted_sum
+
+loss_fn = nn.functional.cross_entropy
 
 
 def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
@@ -51,141 +63,269 @@ def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> di
     return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
-def _batch(B: int, shape, device, seed=0):
+# --- what is benchmarked ----------------------------------------------------------------------------------------
+
+
+def _bert_head() -> nn.Module:
+    from transformers import BertConfig
+
+    from dpbook.text import BertHead
+    return BertHead(BertConfig())  # BERT-base sizes, random weights
+
+
+@dataclass(frozen=True)
+class Setting:
+    label: str
+    build: Callable[[], nn.Module]
+    input_shape: tuple[int, ...]
+    classes: int
+    batch_sizes: tuple[int, ...]
+    micro_batch: int | None  # every contender's physical batch (None: the logical batch at once)
+    N: int  # training-set size: the sample rate is B / N
+    repeats: int = 7  # interleaved rounds (fewer for the models whose steps take seconds)
+
+    def micro(self, B: int) -> int | None:
+        return None if self.micro_batch is None or self.micro_batch >= B else self.micro_batch
+
+
+SETTINGS = {
+    "mnist_cnn": Setting("MNIST CNN (26,010 parameters)", models.mnist_cnn, (1, 28, 28), 10, (64, 256, 1024), None,
+                         60_000),
+    "cifar10_cnn": Setting("CIFAR-10 CNN (550,570)", models.cifar10_cnn, (3, 32, 32), 10, (64, 256, 1024), None,
+                           50_000),
+    "resnet18_gn": Setting("ResNet18-GN, 32x32 (11.2M)", models.resnet18_gn, (3, 32, 32), 10, (64, 256), 64, 50_000,
+                           repeats=3),
+    "bert_head": Setting("BERT-base head, 128 tokens (7.7M)", _bert_head, (128, 768), 2, (64, 256), 64, 104_743,
+                         repeats=3),
+}
+
+CONTENDERS = ("non-private", "dpbook book-keeping", "dpbook vmap", "Opacus hooks", "Opacus ghost")
+
+
+def batch(setting: Setting, B: int, device, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(B, *shape, generator=g).to(device), torch.randint(0, 10, (B,), generator=g).to(device)
+    x = torch.randn(B, *setting.input_shape, generator=g)
+    return x.to(device), torch.randint(0, setting.classes, (B,), generator=g).to(device)
 
 
-def step_times(*, B: int = 256, repeats: int = 7, device: torch.device) -> dict[str, float]:
-    x, y = _batch(B, (1, 28, 28), device)
-    loss_fn = nn.functional.cross_entropy
-
-    model = mnist_cnn().to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def nonprivate():
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-
-    dp_model = mnist_cnn().to(device)
-    engine = DPOptimizer(dp_model, torch.optim.SGD(dp_model.parameters(), lr=0.1), DPSGD(C=1.0, sigma=1.0),
-                         sample_rate=B / 60000, expected_batch_size=B)
-    psg = PerSampleGradients(mnist_cnn().to(device), loss_fn)
-    clip = DPSGD(C=1.0, sigma=1.0)
-
-    def torch_func_clip():
-        grads = psg(x, y)
-        weighted_sum(grads, clip.weights(flat_norms(grads)))
-
-    steps = {
-        "non-private step": nonprivate,
-        "dpbook DP-SGD step": lambda: engine.step(x, y),
-        "Opacus DP-SGD step": _opacus_step(B, x, y, device),
-        "per-sample grads + clip: torch.func": torch_func_clip,
-        "per-sample grads + clip: Opacus hooks": _opacus_hooks_clip(x, y, device),
-    }
-    return interleaved_median_ms(steps, repeats, device)
+def _slices(B: int, micro: int | None):
+    step = micro or B
+    return [slice(s, min(s + step, B)) for s in range(0, B, step)]
 
 
-def _opacus_step(B, x, y, device):
+def make_step(contender: str, setting: Setting, x, y, device, *, method: str = "dpsgd") -> Callable[[], None]:
+    """One logical step of ``contender`` on the batch (x, y), in the setting's physical batches."""
+    B = len(x)
+    torch.manual_seed(0)
+    model = setting.build().to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if contender == "non-private":
+        optimizer = torch.optim.SGD(params, lr=0.01)
+
+        def step():
+            for sl in _slices(B, setting.micro(B)):
+                (loss_fn(model(x[sl]), y[sl], reduction="sum") / B).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return step
+    if contender.startswith("dpbook"):
+        engine = DPOptimizer(model, torch.optim.SGD(params, lr=0.01), make_method(method, **_HYPERPARAMETERS[method]),
+                             sample_rate=B / setting.N, expected_batch_size=B, micro_batch_size=setting.micro(B),
+                             per_sample=contender.split()[1])
+        return lambda: engine.step(x, y)
+    return _opacus_step(contender.split()[1], model, setting, x, y)
+
+
+def _opacus_step(mode: str, model, setting: Setting, x, y) -> Callable[[], None]:
     from opacus import PrivacyEngine
 
-    model = mnist_cnn().to(device)
+    B = len(x)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x.cpu(), y.cpu()), batch_size=B)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # Opacus's notices about secure RNG and its accountant's defaults
         warnings.simplefilter("ignore")
-        model, opt, _ = PrivacyEngine(accountant="rdp").make_private(
-            module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
-            noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=True)
+        private = PrivacyEngine(accountant="rdp").make_private(
+            module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01), data_loader=loader,
+            noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode=mode, criterion=nn.CrossEntropyLoss())
+    model, optimizer, criterion = private[0], private[1], private[2] if mode == "ghost" else nn.CrossEntropyLoss()
+    slices = _slices(B, setting.micro(B))
 
     def step():
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
+        with warnings.catch_warnings():  # torch's notice that Opacus's full backward hooks see no input gradient
+            warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
+            for k, sl in enumerate(slices):  # Opacus's virtual steps (its BatchMemoryManager): clip, sum, skip
+                criterion(model(x[sl]), y[sl]).backward()
+                optimizer.signal_skip_step(do_skip=k < len(slices) - 1)
+                optimizer.step()
+                optimizer.zero_grad()
     return step
 
 
-def _opacus_hooks_clip(x, y, device):
-    from opacus import GradSampleModule
-
-    model = GradSampleModule(mnist_cnn().to(device))
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def run():
-        model.zero_grad()
-        nn.functional.cross_entropy(model(x), y, reduction="sum").backward()
-        grads = [p.grad_sample for p in params]
-        weighted_sum(grads, DPSGD(C=1.0, sigma=1.0).weights(flat_norms(grads)))
-        for p in params:
-            p.grad_sample = None
-
-    return run
+# --- 1. engines ------------------------------------------------------------------------------------------------
 
 
-def _memory_child(B: int, micro_batch_size: int, do_step: bool, device: torch.device) -> float:
-    """In a fresh process: peak memory (MiB) of building ResNet18-GN and data, plus one private step if asked."""
-    torch.manual_seed(0)
-    model = resnet18_gn().to(device)
-    x, y = _batch(B, (3, 32, 32), device)
-    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), DPSGD(C=1.0, sigma=1.0),
-                         sample_rate=B / 50000, expected_batch_size=B, micro_batch_size=micro_batch_size)
+def engine_times(name: str, B: int, contenders, repeats: int | None, device) -> dict[str, float]:
+    setting = SETTINGS[name]
+    x, y = batch(setting, B, device)
+    steps = {c: make_step(c, setting, x, y, device) for c in contenders}
+    return interleaved_median_ms(steps, repeats or setting.repeats, device)
+
+
+def _status_mib(field: str) -> float:
+    """``VmRSS`` (resident memory now) or ``VmHWM`` (its peak) of this process, in MiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def memory_child(name: str, B: int, contender: str, device) -> dict:
+    """In a fresh process: peak memory (MiB) of one step, after a first one, above the process before it (the
+    steady state: the first step holds one-time costs, e.g. Book-Keeping's self-check; on Linux, the peak resident
+    memory is reset through ``/proc/self/clear_refs``)."""
+    setting = SETTINGS[name]
+    x, y = batch(setting, B, device)
+    step = make_step(contender, setting, x, y, device)
+    step()
     if device.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    if do_step:
-        engine.step(x, y)
-    seconds = time.perf_counter() - start
-    if device.type == "cuda":
-        return {"peak_mib": torch.cuda.max_memory_allocated() / 2**20, "seconds": seconds}
-    return {"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "seconds": seconds}
+        step()
+        return {"peak_mib": (torch.cuda.max_memory_allocated() - before) / 2**20}
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _status_mib("VmRSS")
+    step()
+    return {"peak_mib": _status_mib("VmHWM") - before}
 
 
-def memory(B: int, micro_batch_sizes, threads: int, device: torch.device) -> dict:
-    def child(mbs, do_step):
-        out = subprocess.run(
-            [sys.executable, "-m", "dpbook.bench", "--memory-child", str(mbs), "--resnet-batch", str(B),
-             "--threads", str(threads), "--device", str(device)] + (["--with-step"] if do_step else []),
-            capture_output=True, text=True, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])
+def peak_memory(name: str, B: int, contender: str, threads: int, device) -> float:
+    # glibc returns every block of 64 KiB or more to the system when it is freed: resident memory then follows the
+    # tensors alive (its default moves the threshold up after frees, and a later step reuses memory unseen)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
+    out = subprocess.run([sys.executable, "-m", "dpbook.bench", "--memory-child", name, str(B), contender,
+                          "--threads", str(threads), "--device", str(device)], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"the memory child of {name} B={B} {contender} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
 
-    baseline = child(micro_batch_sizes[0], False)["peak_mib"] if device.type != "cuda" else 0.0
-    return {mbs: {**(r := child(mbs, True)), "step_peak_mib": r["peak_mib"] - baseline} for mbs in micro_batch_sizes}
+
+# --- 2. methods ------------------------------------------------------------------------------------------------
+
+_HYPERPARAMETERS = {  # every scaled-sum method at its defaults where it has them, sigma = 1
+    "dpsgd": dict(C=1.0, sigma=1.0),
+    "dynamic": dict(sigma=1.0, C_0=1.0, rho_C=0.5, T=1000),
+    "dcsgd-p": dict(sigma=1.0, p=0.5),
+    "dcsgd-e": dict(sigma=1.0),
+    "adaclip": dict(sigma=1.0, sigma_b=1.0),
+    "autos": dict(sigma=1.0),
+    "psac": dict(C=1.0, r=1e-3, sigma=1.0),
+    "psasc": dict(C=1.0, r=1e-3, s=0.5, sigma=1.0),
+}
+SCALED_SUMS = tuple(_HYPERPARAMETERS)
+
+
+def method_times(name: str, B: int, repeats: int | None, device) -> dict:
+    """Every scaled-sum method's Book-Keeping step, and DC-SGD-E's threshold search alone (ms)."""
+    setting = SETTINGS[name]
+    x, y = batch(setting, B, device)
+    steps = {m: make_step("dpbook book-keeping", setting, x, y, device, method=m) for m in SCALED_SUMS}
+    times = interleaved_median_ms(steps, repeats or setting.repeats, device)
+    search = make_method("dcsgd-e", **_HYPERPARAMETERS["dcsgd-e"])  # its search on a histogram of real norms
+    dcsgd = DPOptimizer(model := setting.build().to(device), torch.optim.SGD(model.parameters(), lr=0.01), search,
+                        sample_rate=B / setting.N, expected_batch_size=B)
+    dcsgd.step(x, y)
+    H = search.last_release["H"].numpy()
+    times["dcsgd-e threshold search"] = interleaved_median_ms({"search": lambda: search.adapt(H)}, 50, device)[
+        "search"]
+    return times
+
+
+# --- records and tables ----------------------------------------------------------------------------------------
+
+
+def tables(record: dict) -> str:
+    """The markdown tables of a recorded benchmark: step time (ratio to the non-private step) and peak memory."""
+    lines = ["| model | B | " + " | ".join(CONTENDERS) + " |", "|---|---|" + "---|" * len(CONTENDERS)]
+    for cell in record["cells"]:
+        base = cell["ms"].get("non-private")
+        entries = []
+        for c in CONTENDERS:
+            ms = cell["ms"].get(c)
+            ratio = f" ({ms / base:.2f}x)" if ms is not None and base else ""
+            entries.append("not run" if ms is None else f"{ms:,.0f} ms{ratio}"
+                           + (f", {cell['peak_mib'][c]:,.0f} MiB" if c in cell.get("peak_mib", {}) else ""))
+        micro = f" (micro-batches of {cell['micro_batch']})" if cell["micro_batch"] else ""
+        lines.append(f"| {SETTINGS[cell['model']].label} | {cell['B']}{micro} | " + " | ".join(entries) + " |")
+    out = "\n".join(lines)
+    for m in record.get("methods", []):
+        base = m["ms"]["dpsgd"]
+        out += (f"\n\nEvery scaled-sum method on the Book-Keeping path, {SETTINGS[m['model']].label}, B = {m['B']}"
+                "\n\n| method | step | / DP-SGD |\n|---|---|---|\n")
+        out += "\n".join(f"| {k} | {v:,.1f} ms | {v / base:.2f}x |" for k, v in m["ms"].items() if k in SCALED_SUMS)
+        search = m["ms"]["dcsgd-e threshold search"]
+        out += (f"\n\nDC-SGD-E's threshold search: {search:.3f} ms, {100 * search / m['ms']['dcsgd-e']:.2f} % of "
+                "its step.")
+    return out
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = argparse.ArgumentParser(prog="python -m dpbook.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--batch-sizes", type=int, nargs="+", help="instead of each model's (64, 256[, 1024])")
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    parser.add_argument("--repeats", type=int, help="interleaved rounds per cell (median; default 7, 3 for the "
+                        "ResNet and BERT)")
+    parser.add_argument("--method-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], choices=list(SETTINGS),
+                        help="models of the methods comparison (B = 256)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--micro-batch-sizes", type=int, nargs=2, default=[32, 128])
-    parser.add_argument("--resnet-batch", type=int, default=256)
     parser.add_argument("--skip-memory", action="store_true")
-    parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--with-step", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--output", type=Path, help="record as JSON (a rerun with the same options resumes)")
+    parser.add_argument("--force", action="store_true", help="replace an --output recorded with other options")
+    parser.add_argument("--table", type=Path, help="print the tables of a recorded benchmark and exit")
+    parser.add_argument("--memory-child", nargs=3, metavar=("MODEL", "B", "CONTENDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.table:
+        print(tables(json.loads(args.table.read_text())))
+        return
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if args.memory_child is not None:
-        print(json.dumps(_memory_child(args.resnet_batch, args.memory_child, args.with_step, device)))
+    if args.memory_child:
+        name, B, contender = args.memory_child
+        print(json.dumps(memory_child(name, int(B), contender, device)))
         return
+    run(args, parser, device)
 
-    print(f"dpbook.bench: torch {torch.__version__}, device {device}, {args.threads} thread(s), "
-          f"median of {args.repeats}")
-    print("\n1. One step of the MNIST CNN (26,010 parameters), B = 256")
-    times = step_times(repeats=args.repeats, device=device)
-    base = times["non-private step"]
-    for name, ms in times.items():
-        print(f"   {name:<40} {ms:9.1f} ms   {ms / base:5.2f} x non-private")
-    ratio = times["dpbook DP-SGD step"] / times["Opacus DP-SGD step"]
-    print(f"   dpbook DP-SGD / Opacus DP-SGD: {ratio:.2f}")
-    if args.skip_memory:
-        return
-    print(f"\n2. Peak memory of one ResNet18-GN private step at logical B = {args.resnet_batch}")
-    for mbs, r in memory(args.resnet_batch, args.micro_batch_sizes, args.threads, device).items():
-        print(f"   micro-batch {mbs:4d}: step peak {r['step_peak_mib']:8.0f} MiB above the model and data "
-              f"(process peak {r['peak_mib']:.0f} MiB), {r['seconds']:.1f} s")
+
+def run(args, parser, device) -> None:
+    from dpbook.results import provenance
+
+    parameters = {k: getattr(args, k) for k in ("models", "batch_sizes", "contenders", "repeats", "method_models",
+                                                "threads", "skip_memory")}
+    cells = [] if args.output is None else resumable(args.output, parameters, "cells", force=args.force,
+                                                     parser=parser)
+    record = {"study": "bench", "parameters": parameters, "provenance": provenance(device), "cells": cells,
+              "methods": []}
+    print(f"dpbook.bench: torch {torch.__version__}, {device}, {args.threads} thread(s)")
+    done = {(c["model"], c["B"]) for c in cells}
+    for name in args.models:
+        for B in args.batch_sizes or SETTINGS[name].batch_sizes:
+            if (name, B) in done:
+                continue
+            start = time.perf_counter()
+            cell = {"model": name, "B": B, "micro_batch": SETTINGS[name].micro(B),
+                    "ms": engine_times(name, B, args.contenders, args.repeats, device)}
+            if not args.skip_memory:
+                cell["peak_mib"] = {c: peak_memory(name, B, c, args.threads, device) for c in args.contenders}
+            cells.append(cell)
+            print(f"  {name} B={B}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            if args.output:
+                atomic_write_json(record, args.output)
+    for name in args.method_models:
+        record["methods"].append({"model": name, "B": 256, "ms": method_times(name, 256, args.repeats, device)})
+    if args.output:
+        atomic_write_json(record, args.output)
+    print(tables(record))
 
 
 if __name__ == "__main__":

@@ -473,6 +473,30 @@ class BertClassifier(nn.Module):
         return self.model(input_ids=x[:, 0], token_type_ids=x[:, 1], attention_mask=mask).logits
 
 
+class BertHead(nn.Module):
+    """The trainable part of :func:`bert_classifier` with one trained layer: the last encoder layer, the pooler and
+    the classifier, applied to the hidden states ``(n, L, h)`` that the frozen layers below give.
+
+    Every step of a run computes the frozen layers' output first, the same for every engine; the benchmark
+    (``python -m dpbook.bench``) times this head on given hidden states, which is where the engines differ. Built
+    from a ``BertConfig`` with random weights (no download). Sequences without padding (no attention mask).
+
+        >>> head = BertHead(tiny_bert_config())
+        >>> tuple(head(torch.zeros(3, 16, 32)).shape), sum(p.numel() for p in head.parameters()) == bert_trainable_count(
+        ...     tiny_bert_config())
+        ((3, 2), True)
+    """
+
+    def __init__(self, config: Any, *, num_labels: int = 2):
+        super().__init__()
+        bert = bert_classifier(config=config, num_labels=num_labels, train_last_layers=1).model
+        self.layer, self.pooler = bert.bert.encoder.layer[-1], bert.bert.pooler
+        self.dropout, self.classifier = bert.dropout, bert.classifier
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.pooler(self.layer(hidden))))
+
+
 def bert_trainable_count(config: Any, *, num_labels: int = 2, train_last_layers: int = 1) -> int:
     """Closed-form trainable-parameter count of :func:`bert_classifier` for a ``BertConfig`` (hidden size h,
     intermediate size i): per encoder layer ``4(h^2 + h)`` (query, key, value, attention output)

@@ -34,7 +34,7 @@ SIZES = {"epochs"}
 #: Size options for entry points that are not notebooks (the documented options come first and still apply).
 SMALL = {
     "dpbook.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
-    "dpbook.bench": ["--repeats", "1", "--skip-memory", "--resnet-batch", "4", "--micro-batch-sizes", "4", "4"],
+    "dpbook.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8", "--method-models"],
     "dpbook.audit": ["--trials", "200"],
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
 }
@@ -90,7 +90,7 @@ def small(command: str, tmp_path: Path) -> list[str]:
     if key not in SMALL:
         pytest.fail(f"no rule to run the documented command {command!r} at small sizes: add one to SMALL")
     extra = (["--results-dir", str(tmp_path / "results")] if module == "dpbook.sweep" else
-             ["--output", str(tmp_path / "audit.json")] if "--output" in args else [])  # never the recorded files
+             ["--output", str(tmp_path / "record.json")] if "--output" in args else [])  # never the recorded files
     return [sys.executable, "-m", module, *args, *SMALL[key], *extra]
 
 

@@ -1,0 +1,60 @@
+"""``python -m dpbook.bench`` at tiny sizes: every contender runs, the record resumes, the tables render. Timing
+itself belongs to the benchmark, never to a test: nothing here asserts a speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dpbook import bench
+
+TINY = ["--models", "mnist_cnn", "--batch-sizes", "8", "--repeats", "1", "--skip-memory", "--method-models"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "dpbook.bench", *args], capture_output=True, text=True)
+
+
+def test_every_contender_runs_and_a_rerun_resumes(tmp_path):
+    out = tmp_path / "bench.json"
+    first = run(*TINY, "--output", str(out))
+    assert first.returncode == 0, first.stderr
+    record = json.loads(out.read_text())
+    (cell,) = record["cells"]
+    assert (cell["model"], cell["B"], cell["micro_batch"]) == ("mnist_cnn", 8, None)
+    assert set(cell["ms"]) == set(bench.CONTENDERS) and all(v > 0 for v in cell["ms"].values())
+    assert record["provenance"]["versions"]["torch"] == torch.__version__
+    again = run(*TINY, "--output", str(out))
+    assert again.returncode == 0 and "mnist_cnn B=8" not in again.stderr  # nothing re-run
+    assert json.loads(out.read_text())["cells"] == record["cells"]
+    other = run(*TINY, "mnist_cnn", "--output", str(out))  # other --method-models: refused before running
+    assert other.returncode == 2 and "recorded with other method_models" in other.stderr
+    table = run("--table", str(out))
+    assert table.returncode == 0 and table.stdout.strip() == bench.tables(record)
+
+
+@pytest.mark.parametrize("contender", ["non-private", "dpbook book-keeping"])
+def test_memory_child_measures_the_steady_state_step(contender):
+    peak = bench.memory_child("mnist_cnn", 8, contender, torch.device("cpu"))["peak_mib"]
+    assert 0 <= peak < 500
+
+
+def test_micro_batches_cover_the_logical_batch():
+    assert bench._slices(10, 4) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert bench.SETTINGS["resnet18_gn"].micro(64) is None and bench.SETTINGS["resnet18_gn"].micro(256) == 64
+
+
+def test_methods_table_and_search_share():
+    times = bench.method_times("mnist_cnn", 16, 1, torch.device("cpu"))
+    assert set(times) == {*bench.SCALED_SUMS, "dcsgd-e threshold search"}
+    text = bench.tables({"cells": [], "methods": [{"model": "mnist_cnn", "B": 16, "ms": times}]})
+    assert all(f"| {m} |" in text for m in bench.SCALED_SUMS) and "DC-SGD-E's threshold search" in text
+
+
+def test_the_scaled_sums_of_the_bench_are_the_engines():
+    from dpbook.methods import METHODS
+    assert set(bench.SCALED_SUMS) == {n for n, cls in METHODS.items() if not cls.per_sample_vectors}
