@@ -317,12 +317,16 @@ def run(args, parser, device) -> None:
                     "ms": engine_times(name, B, args.contenders, args.repeats, device)}
             if not args.skip_memory:
                 cell["peak_mib"] = {c: peak_memory(name, B, c, args.threads, device) for c in args.contenders}
+            cell["seconds"] = time.perf_counter() - start
             cells.append(cell)
-            print(f"  {name} B={B}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            print(f"  {name} B={B}: {cell['seconds']:.0f} s", file=sys.stderr)
             if args.output:
                 atomic_write_json(record, args.output)
     for name in args.method_models:
-        record["methods"].append({"model": name, "B": 256, "ms": method_times(name, 256, args.repeats, device)})
+        start = time.perf_counter()
+        ms = method_times(name, 256, args.repeats, device)
+        record["methods"].append({"model": name, "B": 256, "ms": ms, "seconds": time.perf_counter() - start})
+    record["seconds"] = sum(c["seconds"] for c in [*cells, *record["methods"]])  # run time, resumed parts included
     if args.output:
         atomic_write_json(record, args.output)
     print(tables(record))

@@ -35,6 +35,7 @@ then uses the ``vmap`` per-sample gradients of :mod:`dpbook.per_sample.vmap` for
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -98,6 +99,47 @@ class BookKeeping:
         if not self.checked and len(x):
             self.checked = self._self_check(x[:SELF_CHECK_EXAMPLES], y[:SELF_CHECK_EXAMPLES])
         return self._norms_and_sum(x, y)
+
+    def plan(self, x: torch.Tensor) -> list[dict]:
+        """How each layer with trainable parameters gets its per-sample norms on inputs like ``x`` (one forward
+        without gradients): its name, type, trainable parameters, positions (T or L) and strategy.
+
+            >>> from dpbook.models import mnist_cnn
+            >>> [(r["layer"], r["strategy"]) for r in BookKeeping(mnist_cnn(), None).plan(torch.zeros(2, 1, 28, 28))]
+            [('conv1', 'per-sample gradient'), ('conv2', 'ghost norm'), ('fc1', 'norm product'), ('fc2', 'norm product')]
+        """
+        calls: dict[str, list] = {layer.prefix: [] for layer in self.layers}
+        handles = [layer.module.register_forward_hook(
+            lambda module, args, out, prefix=layer.prefix: calls[prefix].append((args[0].shape, out.shape)))
+            for layer in self.layers]
+        try:
+            with torch.no_grad():
+                self.model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return [self._plan_row(layer, calls[layer.prefix], x.device) for layer in self.layers]
+
+    @staticmethod
+    def _plan_row(layer: _Layer, calls: list, device) -> dict:
+        module, rule = layer.module, layers.rule_for(layer.module)
+        positions = sum(math.prod(out[1:-1] if rule in (layers.linear, layers.embedding) else out[2:])
+                        for _, out in calls)
+        if not calls:
+            strategy = "not called"
+        elif rule is layers.linear:
+            strategy = layers.linear_strategy(positions, module.in_features, module.out_features)
+        elif rule is layers.conv and len(calls) == 1:
+            strategy = layers.conv_strategy(module, positions, device)
+        elif rule is layers.embedding:
+            strategy = layers.GHOST
+        elif rule is not None and len(calls) == 1:
+            strategy = layers.FORMED
+        else:
+            strategy = f"{layers.FORMED}, vmap of the layer"
+        trainable = sum(p.numel() for k, p in module.named_parameters(recurse=False) if k in layer.names)
+        return {"layer": layer.prefix, "type": type(module).__name__, "trainable": trainable,
+                "positions": positions, "strategy": strategy}
 
     # --- the two passes -----------------------------------------------------------------------------------
     def _norms_and_sum(self, x, y):

@@ -55,6 +55,13 @@ def combine(parts: Sequence[LayerGrads]) -> LayerGrads:
                       lambda w: {k: v for p in parts for k, v in p.weighted(w).items()})
 
 
+NORM_PRODUCT = "norm product"  # T = 1: ||g a^T|| = ||g|| ||a||
+GHOST = "ghost norm"
+FORMED = "per-sample gradient"
+GROUPED = "per-sample gradient, grouped calls"
+"""How a rule gets a weight's per-sample norms (:func:`linear_strategy`, :func:`conv_strategy`)."""
+
+
 def ghost_is_cheaper(T: int, d: int, p: int) -> bool:
     """Bu et al.'s per-layer choice: the ghost norm costs T^2 (d + p), instantiating costs T d p, per example."""
     return T * (d + p) < d * p
@@ -74,15 +81,20 @@ def gram_sq_norms_t(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 # --- nn.Linear ------------------------------------------------------------------------------------------------
 
 
+def linear_strategy(T: int, d: int, p: int) -> str:
+    """A linear layer d -> p at T positions: the norm product at T = 1, else the cheaper of ghost and formed."""
+    return NORM_PRODUCT if T == 1 else GHOST if ghost_is_cheaper(T, d, p) else FORMED
+
+
 def linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
     """``y = a W^T + b`` at T positions: a (n, T, d), g (n, T, p) (a sequence, or the calls of a reused layer)."""
     parts = []
     if "weight" in names:
-        T, d, p = a.shape[1], a.shape[2], g.shape[2]
-        if T == 1:  # ||g a^T||_F = ||g|| ||a||: the ghost norm at no cost
+        strategy = linear_strategy(a.shape[1], a.shape[2], g.shape[2])
+        if strategy == NORM_PRODUCT:
             sq = a.square().sum((1, 2)) * g.square().sum((1, 2))
             parts.append(LayerGrads(sq, lambda w: {"weight": _linear_sum(a, g, w)}))
-        elif ghost_is_cheaper(T, d, p):
+        elif strategy == GHOST:
             parts.append(LayerGrads(gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
         else:
             parts.append(instantiated({"weight": g.mT @ a}))
@@ -107,12 +119,17 @@ def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names:
     """
     parts = []
     if "weight" in names:
-        L, d, p = g[0, 0].numel(), module.weight[0].numel(), module.out_channels
-        if module.groups == 1 and ghost_is_cheaper(L, d, p):
+        strategy = conv_strategy(module, g[0, 0].numel(), a.device)
+        if strategy == GHOST:
             sq = gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
             parts.append(LayerGrads(sq, lambda w: {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}))
+        elif strategy == GROUPED:
+            parts.append(instantiated({"weight": torch.cat([
+                _grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
+                for s in range(0, len(a), GROUPED_EXAMPLES)])}))
         else:
-            parts.append(instantiated({"weight": _conv_per_sample(module, a, g)}))
+            G = g.flatten(2) @ _unfold(module, a).mT  # (n, C_out, C_in k)
+            parts.append(instantiated({"weight": G.reshape(len(a), *module.weight.shape)}))
     if "bias" in names:
         parts.append(instantiated({"bias": g.flatten(2).sum(2)}))
     return combine(parts)
@@ -125,7 +142,6 @@ def _bcast(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def _unfold(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
     """The input patches (n, C_in k, L) of a convolution with groups = 1, as ``F.unfold`` gives them, but read
     through a strided view of the padded input (one copy; ``F.unfold`` is up to 3x slower on a CPU)."""
-    spatial = a.dim() - 2
     pad = [p for p in reversed(module.padding) for _ in (0, 1)]
     a = F.pad(a, pad)
     n, c = a.shape[:2]
@@ -170,15 +186,16 @@ m times the groups, give the m per-sample gradients at once (m = 16 was the fast
 layers: 1.6x to 2x faster than one example per call)."""
 
 
-def _conv_per_sample(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Per-sample weight gradients (n, *weight.shape): grouped weight-gradient calls on a CPU for large layers (or
-    any grouped convolution), else the unfolded input times the output gradient (the way on a GPU)."""
-    work = g[0, 0].numel() * module.weight[0].numel() * module.out_channels
-    if module.groups != 1 or (a.device.type == "cpu" and work >= GROUPED_WORK):
-        return torch.cat([_grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
-                          for s in range(0, len(a), GROUPED_EXAMPLES)])
-    G = g.flatten(2) @ _unfold(module, a).mT  # (n, C_out, C_in k)
-    return G.reshape(len(a), *module.weight.shape)
+def conv_strategy(module: nn.Conv1d | nn.Conv2d, L: int, device: torch.device) -> str:
+    """A convolution with L output positions: the ghost norm where cheaper (groups = 1), else the per-sample
+    gradients, by grouped weight-gradient calls on a CPU for large layers (or any grouped convolution), else by the
+    unfolded input times the output gradient (the way on a GPU)."""
+    d, p = module.weight[0].numel(), module.out_channels
+    if module.groups == 1 and ghost_is_cheaper(L, d, p):
+        return GHOST
+    if module.groups != 1 or (device.type == "cpu" and L * d * p >= GROUPED_WORK):
+        return GROUPED
+    return FORMED
 
 
 def conv_supported(module: nn.Module) -> bool:
