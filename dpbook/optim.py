@@ -142,11 +142,7 @@ class DPOptimizer:
         method = self.method
         acc = method.start(self.params)
         for sl in micro_batches(len(x), self.micro_batch_size):
-            xb, yb = x[sl], y[sl]
-            grads_at = functools.partial(self._grads_at, xb, yb)  # for methods that need other iterates
-            grads, norms, summed = self._norms_and_sums(xb, yb)
-            method.accumulate(acc, MicroBatch(xb, yb, grads, norms, grads_at, None if index is None else index[sl],
-                                              summed))
+            self._accumulate(acc, x[sl], y[sl], None if index is None else index[sl])
         sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
         noisy_sum = method.release(acc, self.noise)
         for p, s in zip(self.params, noisy_sum):
@@ -159,6 +155,13 @@ class DPOptimizer:
             self.nonprivate_info = {"nonprivate/batch_size": len(x), **method.nonprivate_diagnostics()}
         method.advance()
         return info
+
+    def _accumulate(self, acc: dict, x, y, index) -> None:
+        """One micro-batch into the method's accumulators. Its per-sample tensors die when this returns: the
+        next micro-batch's are formed without them (peak memory of one micro-batch, not two)."""
+        grads_at = functools.partial(self._grads_at, x, y)  # for methods that need other iterates
+        grads, norms, summed = self._norms_and_sums(x, y)
+        self.method.accumulate(acc, MicroBatch(x, y, grads, norms, grads_at, index, summed))
 
     def _norms_and_sums(self, x, y):
         """``(grads, norms, None)`` from ``vmap``, or ``(None, norms, summed)`` from Book-Keeping."""

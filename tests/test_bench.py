@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,3 +59,21 @@ def test_methods_table_and_search_share():
 def test_the_scaled_sums_of_the_bench_are_the_engines():
     from dpbook.methods import METHODS
     assert set(bench.SCALED_SUMS) == {n for n, cls in METHODS.items() if not cls.per_sample_vectors}
+
+
+RECORD = Path(__file__).resolve().parents[1] / "data" / "results" / "bench" / "analysis" / "cpu.json"
+README = RECORD.parents[4] / "README.md"
+
+
+def test_the_readme_tables_are_the_recorded_benchmark():
+    record = json.loads(RECORD.read_text())
+    block = README.read_text().split("<!-- bench:start -->")[1].split("<!-- bench:end -->")[0]
+    assert block.strip() == bench.tables(record), "rerun: python -m dpbook.bench --table " + str(RECORD)
+
+
+def test_the_recorded_benchmark_is_complete():
+    record = json.loads(RECORD.read_text())
+    cells = {(c["model"], c["B"]) for c in record["cells"]}
+    assert cells == {(m, B) for m, s in bench.SETTINGS.items() for B in s.batch_sizes}
+    assert all(set(c["ms"]) == set(c["peak_mib"]) == set(bench.CONTENDERS) for c in record["cells"])
+    assert {m["model"] for m in record["methods"]} == {"mnist_cnn", "cifar10_cnn"}

@@ -369,3 +369,32 @@ def test_dropout_in_a_known_layer_keeps_the_fast_path():
         warnings.simplefilter("error")
         engine.step(*batch(6))
     assert engine.book_keeping is not None and engine.book_keeping.checked and model.training
+
+
+def test_the_plan_names_each_layers_strategy():
+    plan = {r["layer"]: r for r in BookKeeping(models.cifar10_cnn(), F).plan(torch.zeros(2, 3, 32, 32))}
+    assert plan["fc1"]["strategy"] == layers.NORM_PRODUCT and plan["fc1"]["trainable"] == 2048 * 128 + 128
+    assert plan["conv3b"]["strategy"] == layers.GHOST and plan["conv3b"]["positions"] == 8 * 8  # small map, wide
+    assert plan["conv1b"]["strategy"] == layers.GROUPED and plan["conv1b"]["positions"] == 32 * 32  # large map
+    lstm = {r["layer"]: r for r in BookKeeping(text.char_lstm(text.NAMES_VOCAB_SIZE), F).plan(
+        text.encode_names(["Adam"], max_length=9))}
+    assert lstm["layers.0.hh"]["positions"] == 9 and lstm["layers.0.hh"]["strategy"] == layers.GHOST  # once per step
+    assert lstm["embedding"]["strategy"] == layers.GHOST
+
+
+@pytest.mark.parametrize("name", sorted(IMAGE_MODELS))
+def test_engine_step_equals_vmap_on_every_model(name):
+    """DP-SGD's released step on every model, in micro-batches of 2: Book-Keeping against vmap."""
+    build, shape, _ = IMAGE_MODELS[name]
+    x, y = images(5, shape)
+    updated = []
+    for per_sample in ("book-keeping", "vmap"):
+        torch.manual_seed(0)
+        model = build().to(DTYPE)
+        engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method("dpsgd", C=1.0, sigma=1.0),
+                             sample_rate=0.1, expected_batch_size=8, micro_batch_size=2, per_sample=per_sample)
+        engine.noise = NoNoise()
+        engine.step(x, y)
+        updated.append([p.detach() for p in model.parameters()])
+    for a, b in zip(*updated):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
