@@ -398,3 +398,21 @@ def test_engine_step_equals_vmap_on_every_model(name):
         updated.append([p.detach() for p in model.parameters()])
     for a, b in zip(*updated):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+class UnusedBranch(nn.Module):
+    """A trainable layer whose output the loss never reads: zero per-sample gradients, as vmap says."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.aux = nn.Linear(36, 4), nn.Linear(36, 2)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        self.aux(x)
+        return self.fc(x)
+
+
+def test_a_layer_whose_output_is_unused():
+    torch.manual_seed(0)
+    compare(UnusedBranch().to(DTYPE), *batch(5, dtype=DTYPE))

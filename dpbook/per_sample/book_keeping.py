@@ -179,7 +179,8 @@ class BookKeeping:
                 raise Unsupported(f"layer {layer.prefix!r}: its output {tuple(call.output.shape)} does not hold "
                                   f"the {len(x)} examples along dimension 0, or does not depend on its parameters")
         losses = vmap(lambda o, t: self.loss_fn(o.unsqueeze(0), t.unsqueeze(0)))(out, y)
-        grads = torch.autograd.grad(losses.sum(), [call.output for _, call in calls]) if calls else []
+        outputs = [call.output for _, call in calls]  # an output the loss does not use gets a zero gradient
+        grads = torch.autograd.grad(losses.sum(), outputs, allow_unused=True, materialize_grads=True) if calls else []
         for (layer, call), g in zip(calls, grads):  # the generic rule compares its re-run with the output
             call.g, call.output = g, call.output.detach() if self._is_generic(layer) else None
 
