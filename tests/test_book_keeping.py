@@ -416,3 +416,26 @@ class UnusedBranch(nn.Module):
 def test_a_layer_whose_output_is_unused():
     torch.manual_seed(0)
     compare(UnusedBranch().to(DTYPE), *batch(5, dtype=DTYPE))
+
+
+class Tied(nn.Module):
+    """One weight in two layers (as tied embeddings): Book-Keeping steps aside."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 6), nn.Linear(6, 4)
+        self.fc3 = nn.Linear(6, 6)
+        self.fc3.weight = self.fc1.weight
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc3(torch.tanh(self.fc1(x.flatten(1)[:, :6])))))
+
+
+def test_tied_weights_fall_back_to_vmap():
+    torch.manual_seed(0)
+    model = Tied().to(DTYPE)
+    with pytest.warns(UserWarning, match=r"'fc1.weight' is also 'fc3.weight' \(tied weights\)"):
+        engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method("dpsgd", C=1.0, sigma=1.0),
+                             sample_rate=0.1, expected_batch_size=8)
+        engine.step(*batch(4, dtype=DTYPE))
+    assert engine.book_keeping is None

@@ -88,14 +88,21 @@ class BookKeeping:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        self.layers = []
-        for prefix, module in model.named_modules():
+        self.layers, owner, self.shared = [], {}, None
+        for prefix, module in model.named_modules(remove_duplicate=False):
             own = {k for k, p in module.named_parameters(recurse=False) if p.requires_grad}
+            for k in own:  # a tied parameter: its per-sample gradient sums two layers' (cross terms in the norm)
+                name = _qualified(prefix, k)
+                other = owner.setdefault(id(getattr(module, k)), name)
+                if other != name:
+                    self.shared = f"parameter {other!r} is also {name!r} (tied weights)"
             if own:
                 self.layers.append(_Layer(prefix, module, own))
         self.checked = False  # the first call compares itself with vmap (SELF_CHECK_EXAMPLES examples)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], Grads]]:
+        if self.shared:
+            raise Unsupported(self.shared)
         if not self.checked and len(x):
             self.checked = self._self_check(x[:SELF_CHECK_EXAMPLES], y[:SELF_CHECK_EXAMPLES])
         return self._norms_and_sum(x, y)
