@@ -168,15 +168,20 @@ class DPOptimizer:
         if self.book_keeping is not None:
             try:
                 norms, summed = self.book_keeping(x, y)
-            except Unsupported as why:
-                warnings.warn(f"Book-Keeping cannot handle this model exactly ({why}); this run uses the vmap "
-                              "per-sample gradients (same result, slower)", stacklevel=3)
-                self.book_keeping = None
+            except Exception as why:  # noqa: BLE001 -- vmap gives the same release, or the model's own error
+                reason = str(why) if isinstance(why, Unsupported) else f"{type(why).__name__}: {why}"
+                self._fall_back(f"Book-Keeping cannot handle this model exactly ({reason})")
             else:
-                if not bool(torch.isfinite(norms).all()):
-                    self._per_sample_checked(x, y)  # raises NonFiniteGradientError naming the parameter
-                return None, norms, summed
+                if bool(torch.isfinite(norms).all()):
+                    return None, norms, summed
+                grads, norms = self._per_sample_checked(x, y)  # NonFiniteGradientError names the parameter
+                self._fall_back("Book-Keeping's norms overflowed where the per-sample gradients did not")
+                return grads, norms, None
         return *self._per_sample_checked(x, y), None
+
+    def _fall_back(self, why: str) -> None:
+        warnings.warn(f"{why}; this run uses the vmap per-sample gradients (same result, slower)", stacklevel=4)
+        self.book_keeping = None
 
     def _per_sample_checked(self, x, y, params=None):
         """Per-sample gradients (at ``params``, default the current ones) and their norms; NaN/inf is an error."""

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.utils.prune
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -327,7 +328,7 @@ class NoisyScale(Scaled):
 
 FALLBACKS = {
     "in-place": (InPlace, "modified in place"),
-    "functional": (Functional, "disagree with vmap"),
+    "functional": (Functional, "'fc.weight' is used inside Functional.forward"),
     "attention": (Attention, "returns several tensors"),
     "randomness": (lambda: nn.Sequential(nn.Flatten(), NoisyScale(36), nn.Linear(36, 4)), "another output"),
 }
@@ -439,3 +440,81 @@ def test_tied_weights_fall_back_to_vmap():
                              sample_rate=0.1, expected_batch_size=8)
         engine.step(*batch(4, dtype=DTYPE))
     assert engine.book_keeping is None
+
+
+class FunctionalBeforeZeroHead(Functional):
+    """The parameter read outside its layer gets no gradient at first (a zero-initialised head follows it), so
+    comparing numbers on the first step could not see the problem; the structure check does."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 4)
+        nn.init.zeros_(self.head.weight)
+
+    def forward(self, x):
+        return self.head(torch.tanh(super().forward(x)))
+
+
+def test_a_parameter_read_outside_its_layer_is_seen_even_without_gradient():
+    torch.manual_seed(0)
+    bk = BookKeeping(FunctionalBeforeZeroHead().to(DTYPE), F)
+    with pytest.raises(Exception, match=r"'fc.weight' is used inside FunctionalBeforeZeroHead.forward"):
+        bk(*batch(4, dtype=DTYPE))
+
+
+def test_a_parameter_read_by_the_loss_is_seen():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(36, 4)).to(DTYPE)
+
+    def regularised(out, y):
+        return F(out, y) + 1e-3 * model[1].weight.square().sum()
+
+    with pytest.raises(Exception, match=r"'1.weight' is used outside the model"):
+        BookKeeping(model, regularised)(*batch(4, dtype=DTYPE))
+
+
+class LowRank(nn.Linear):
+    """A Linear subclass with a parameter of its own (LoRA-like): not the type the linear rule knows."""
+
+    def __init__(self):
+        super().__init__(36, 4)
+        self.A = nn.Parameter(torch.randn(4, 36) * 0.1)
+
+    def forward(self, x):
+        return super().forward(x) + x @ self.A.T
+
+
+def test_subclasses_and_renamed_parameters_get_the_generic_rule():
+    torch.manual_seed(0)
+    compare(nn.Sequential(nn.Flatten(), LowRank()).to(DTYPE), *batch(5, dtype=DTYPE))
+    pruned = nn.Sequential(nn.Flatten(), nn.Linear(36, 4)).to(DTYPE)
+    torch.nn.utils.prune.random_unstructured(pruned[1], "weight", amount=0.5)  # trains weight_orig
+    assert layers.rule_for(pruned[1]) is None
+    compare(pruned, *batch(5, dtype=DTYPE))
+
+
+def test_normalisation_with_nothing_to_sum_over():
+    """LayerNorm(d) on (n, d) and GroupNorm on (n, C): the per-sample gradient is the product itself."""
+    torch.manual_seed(0)
+    compare(nn.Sequential(nn.Flatten(), nn.LayerNorm(36), nn.Linear(36, 4)).to(DTYPE), *batch(5, dtype=DTYPE))
+    compare(nn.Sequential(nn.Flatten(), nn.Linear(36, 8), nn.GroupNorm(2, 8), nn.Linear(8, 4)).to(DTYPE),
+            *batch(5, dtype=DTYPE))
+
+
+def test_the_self_check_restores_every_modules_mode():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(36, 8), nn.Dropout(0.5), nn.Linear(8, 4)).train()
+    model[2].eval()  # the user's choice for one submodule
+    BookKeeping(model, F)(*batch(4))
+    assert model.training and model[1].training and not model[2].training
+
+
+def test_half_precision_steps_aside():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(36, 4)).to(torch.bfloat16)
+    with pytest.raises(Exception, match=r"torch.bfloat16.*float32, float64"):
+        BookKeeping(model, F)(*batch(4, dtype=torch.bfloat16))
+
+
+def test_an_empty_batch():
+    model = tiny_cnn()
+    norms, summed = BookKeeping(model, F)(*batch(0))
+    assert norms.shape == (0,) and all(not s.any() for s in summed(torch.zeros(0)))

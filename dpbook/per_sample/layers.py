@@ -198,10 +198,9 @@ def conv_strategy(module: nn.Conv1d | nn.Conv2d, L: int, device: torch.device) -
     return FORMED
 
 
-def conv_supported(module: nn.Module) -> bool:
-    """A Conv1d/Conv2d with numeric zero padding (string padding and other padding modes go to :func:`generic`)."""
-    return (isinstance(module, (nn.Conv1d, nn.Conv2d)) and module.padding_mode == "zeros"
-            and not isinstance(module.padding, str))
+def conv_supported(module: nn.Conv1d | nn.Conv2d) -> bool:
+    """Numeric zero padding (string padding and other padding modes go to :func:`generic`)."""
+    return module.padding_mode == "zeros" and not isinstance(module.padding, str)
 
 
 # --- normalisation layers -------------------------------------------------------------------------------------
@@ -209,25 +208,28 @@ def conv_supported(module: nn.Module) -> bool:
 
 def group_norm(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
     """``y = x_hat * weight + bias`` per channel, x_hat normalised per example and group: a, g (n, C, *)."""
-    dims = tuple(range(2, a.dim()))
     grads = {}
     if "weight" in names:
-        x_hat = F.group_norm(a, module.num_groups, eps=module.eps)
-        grads["weight"] = (g * x_hat).sum(dims)
+        grads["weight"] = _sum_over(g * F.group_norm(a, module.num_groups, eps=module.eps), range(2, a.dim()))
     if "bias" in names:
-        grads["bias"] = g.sum(dims)
+        grads["bias"] = _sum_over(g, range(2, a.dim()))
     return instantiated(grads)
+
+
+def _sum_over(t: torch.Tensor, dims) -> torch.Tensor:
+    """``t`` summed over ``dims`` (none: ``t`` itself; ``Tensor.sum(())`` would sum over everything)."""
+    dims = tuple(dims)
+    return t.sum(dims) if dims else t
 
 
 def layer_norm(module: nn.LayerNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
     """``y = x_hat * weight + bias`` over the last dims ``normalized_shape``: a, g (n, *, *normalized_shape)."""
-    dims = tuple(range(1, a.dim() - len(module.normalized_shape)))
+    dims = range(1, a.dim() - len(module.normalized_shape))
     grads = {}
     if "weight" in names:
-        x_hat = F.layer_norm(a, module.normalized_shape, eps=module.eps)
-        grads["weight"] = (g * x_hat).sum(dims)
+        grads["weight"] = _sum_over(g * F.layer_norm(a, module.normalized_shape, eps=module.eps), dims)
     if "bias" in names:
-        grads["bias"] = g.sum(dims)
+        grads["bias"] = _sum_over(g, dims)
     return instantiated(grads)
 
 
@@ -250,9 +252,9 @@ def embedding(module: nn.Embedding, ids: torch.Tensor, g: torch.Tensor, names: s
     return LayerGrads(sq, weighted)
 
 
-def embedding_supported(module: nn.Module) -> bool:
+def embedding_supported(module: nn.Embedding) -> bool:
     """Dense embeddings whose gradient does not depend on the batch (``scale_grad_by_freq`` counts batch-wide)."""
-    return isinstance(module, nn.Embedding) and not module.scale_grad_by_freq and not module.sparse
+    return not module.scale_grad_by_freq and not module.sparse
 
 
 # --- any other layer ------------------------------------------------------------------------------------------
@@ -278,16 +280,18 @@ def generic(module: nn.Module, inputs: tuple[torch.Tensor, ...], g: torch.Tensor
 # --- which rule -----------------------------------------------------------------------------------------------
 
 
+RULES = {nn.Linear: linear, nn.Conv1d: conv, nn.Conv2d: conv, nn.GroupNorm: group_norm, nn.LayerNorm: layer_norm,
+         nn.Embedding: embedding}
+"""The layers a rule knows, by exact type: a subclass may compute something else in its own ``forward``."""
+
+
 def rule_for(module: nn.Module) -> Callable | None:
-    """The rule of a layer that takes one tensor, or None (then :func:`generic`)."""
-    if isinstance(module, nn.Linear):
-        return linear
-    if conv_supported(module):
-        return conv
-    if isinstance(module, nn.GroupNorm):
-        return group_norm
-    if isinstance(module, nn.LayerNorm):
-        return layer_norm
-    if embedding_supported(module):
-        return embedding
-    return None
+    """The rule of a layer that takes one tensor, or None (then :func:`generic`): a known type whose trainable
+    parameters are its ``weight`` and ``bias`` (not, e.g., pruning's ``weight_orig``), in a supported setting."""
+    rule = RULES.get(type(module))
+    names = {k for k, p in module.named_parameters(recurse=False) if p.requires_grad}
+    if rule is None or not names <= {"weight", "bias"}:
+        return None
+    if (rule is conv and not conv_supported(module)) or (rule is embedding and not embedding_supported(module)):
+        return None
+    return rule
