@@ -154,13 +154,15 @@ class Trainer:
         nonprivate_diagnostics: also log, in ``log.nonprivate`` and apart from the private rows, statistics of the
             private training data (training-set loss and accuracy, realised batch sizes, the method's non-private
             diagnostics). No DP guarantee covers them: for teaching only, never for result files.
+        per_sample: the engine's per-sample path, ``"auto"`` (Book-Keeping whenever the method allows),
+            ``"book-keeping"`` or ``"vmap"`` (:class:`~dpbook.optim.DPOptimizer`).
     """
 
     def __init__(self, model: nn.Module, method: Method, optimizer: torch.optim.Optimizer, data, *,
                  expected_batch_size: float, epochs: int, delta: float, micro_batch_size: int | None = None,
                  seed: int = 0, accountant: str = "rdp", checkpoint: str | Path | None = None,
                  checkpoint_every: int = 50, progress: bool | None = None, device: str | torch.device = "cpu",
-                 nonprivate_diagnostics: bool = False):
+                 nonprivate_diagnostics: bool = False, per_sample: str = "auto"):
         self.x_train, self.y_train, self.x_test, self.y_test = (t.to(device) for t in data)
         self.model = model
         check_data(model, (self.x_train, self.y_train, self.x_test, self.y_test))
@@ -173,7 +175,8 @@ class Trainer:
         self.T = self.epochs * self.steps_per_epoch
         self.engine = DPOptimizer(model, optimizer, method, sample_rate=self.sampler.q,
                                   expected_batch_size=expected_batch_size, micro_batch_size=micro_batch_size,
-                                  noise_seed=seed + 1_000_003, nonprivate_diagnostics=nonprivate_diagnostics)
+                                  noise_seed=seed + 1_000_003, nonprivate_diagnostics=nonprivate_diagnostics,
+                                  per_sample=per_sample)
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.checkpoint_every = checks.integer("checkpoint_every", checkpoint_every)
         self.progress = progress
