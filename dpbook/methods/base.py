@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Sequence
 
 import torch
 
@@ -79,15 +79,17 @@ class MicroBatch:
     # (``DPOptimizer.step(x, y, index=...)``; ``Trainer`` does). Methods with per-example state across steps need
     # them (DP-PSASC's Algorithm 2, ``psasc_momentum_gd.py``); the others ignore them.
     index: torch.Tensor | None = None
-    # sum_i w_i g_i from the layers' stored tensors (dpbook.per_sample.book_keeping), when grads is None.
-    summed: Callable[[torch.Tensor], Grads] | None = None
+    # sum_i w_i g_i from the layers' stored tensors (dpbook.per_sample.book_keeping), when grads is None: it
+    # yields one parameter's sum at a time, in order.
+    summed: Callable[[torch.Tensor], Iterable[torch.Tensor]] | None = None
 
     @property
     def n(self) -> int:
         return len(self.norms)
 
-    def weighted_sum(self, weights: torch.Tensor) -> Grads:
-        """``sum_i w_i g_i`` for each parameter, from ``grads`` or from the Book-Keeping path's stored tensors."""
+    def weighted_sum(self, weights: torch.Tensor) -> Iterable[torch.Tensor]:
+        """``sum_i w_i g_i`` for each parameter in order, from ``grads`` or from the Book-Keeping path's stored
+        tensors (then one parameter at a time: add each into an accumulator, as :meth:`ScaledSum.accumulate`)."""
         return weighted_sum(self.grads, weights) if self.summed is None else self.summed(weights)
 
 
@@ -220,4 +222,6 @@ class ScaledSum(Method):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         std = self.noise_std()
-        return [s + noise.like(s, std) for s in acc["sum"]]
+        for s in acc["sum"]:  # in place: one parameter's noise at a time, no second copy of the model's size
+            s.add_(noise.like(s, std))
+        return acc["sum"]

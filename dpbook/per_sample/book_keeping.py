@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -130,8 +130,8 @@ class BookKeeping:
     """Per-sample gradient norms and re-weighted sums of ``model`` from stored activations and output gradients.
 
     ``BookKeeping(model, loss_fn)(x, y)`` returns ``(norms, summed)``: the L2 norm of each example's gradient over
-    all trainable parameters, shape (n,), and ``summed(w)``, the list ``[sum_i w_i g_i]`` in the order of the
-    trainable parameters (as :class:`~dpbook.per_sample.vmap.PerSampleGradients`). Frozen parameters
+    all trainable parameters, shape (n,), and ``summed(w)``, which yields ``sum_i w_i g_i`` for each trainable
+    parameter in order (as :class:`~dpbook.per_sample.vmap.PerSampleGradients` lists them), one layer at a time. Frozen parameters
     (``requires_grad=False``) are left out, and no gradient flows into layers that only frozen ones follow.
     """
 
@@ -150,17 +150,20 @@ class BookKeeping:
                     self.shared = f"parameter {other!r} is also {name!r} (tied weights)"
             if own:
                 self.layers.append(_Layer(prefix, module, own))
+        where = {_qualified(layer.prefix, k): (layer.prefix, k) for layer in self.layers for k in layer.names}
+        self._owners = [where.get(name, (None, None)) for name in self.names]  # (layer prefix, local name)
         dtypes = {p.dtype for p in self.params}
         if not dtypes <= {torch.float32, torch.float64} or len(dtypes) > 1:  # half squares overflow past 256
             self.shared = f"parameters of dtype(s) {sorted(map(str, dtypes))}: it needs one of float32, float64"
         self.checked = False  # the first call checks itself (SELF_CHECK_EXAMPLES examples): see _self_check
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], Grads]]:
+    def __call__(self, x: torch.Tensor,
+                 y: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], Iterator[torch.Tensor]]]:
         if self.shared:
             raise Unsupported(self.shared)
         if not len(x):
-            return torch.zeros(0, dtype=self.params[0].dtype, device=x.device), lambda w: [
-                torch.zeros_like(p) for p in self.params]
+            return torch.zeros(0, dtype=self.params[0].dtype, device=x.device), lambda w: (
+                torch.zeros_like(p) for p in self.params)
         if not self.checked:
             self.checked = self._self_check(x[:SELF_CHECK_EXAMPLES], y[:SELF_CHECK_EXAMPLES])
         return self._norms_and_sum(x, y)
@@ -217,14 +220,17 @@ class BookKeeping:
                 layer.calls = []
         dtype = self.params[0].dtype
         sq = sum((r.sq_norms for _, r in per_layer), torch.zeros(n, dtype=dtype, device=x.device))
-        index = {name: i for i, name in enumerate(self.names)}
+        results = {layer.prefix: r for layer, r in per_layer}
 
-        def summed(w: torch.Tensor) -> Grads:
-            out = [torch.zeros_like(p) for p in self.params]
-            for layer, r in per_layer:
-                for local, total in r.weighted(w.to(dtype)).items():
-                    out[index[_qualified(layer.prefix, local)]] = total
-            return out
+        def summed(w: torch.Tensor) -> Iterator[torch.Tensor]:
+            """``sum_i w_i g_i`` parameter by parameter, in order, one layer at a time: the caller adds each into
+            its accumulator before the next layer's is formed (peak memory of one layer's sum, not the model's)."""
+            w = w.to(dtype)
+            prefix, current = None, {}
+            for (owner, local), p in zip(self._owners, self.params):  # a layer's parameters are adjacent
+                if owner != prefix:
+                    prefix, current = owner, results[owner].weighted(w) if owner in results else {}
+                yield current.pop(local) if local in current else torch.zeros_like(p)
 
         return sq.sqrt(), summed
 
