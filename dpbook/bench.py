@@ -36,7 +36,7 @@ from torch import nn
 
 from dpbook import models
 from dpbook.io import atomic_write_json, resumable
-from dpbook.methods import METHODS, make_method
+from dpbook.methods import make_method
 from dpbook.optim import DPOptimizer
 
 loss_fn = nn.functional.cross_entropy

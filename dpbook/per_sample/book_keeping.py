@@ -46,7 +46,7 @@ from torch.func import vmap
 from torch.overrides import TorchFunctionMode
 
 from dpbook.per_sample import layers
-from dpbook.per_sample.vmap import Grads, PerSampleGradients, flat_norms, weighted_sum
+from dpbook.per_sample.vmap import PerSampleGradients, flat_norms, weighted_sum
 
 SELF_CHECK_EXAMPLES = 4
 """How many examples of the first micro-batch the first call checks against ``vmap`` per-sample gradients."""
