@@ -144,9 +144,11 @@ class DPOptimizer:
         for sl in micro_batches(len(x), self.micro_batch_size):
             self._accumulate(acc, x[sl], y[sl], None if index is None else index[sl])
         sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
-        noisy_sum = method.release(acc, self.noise)
-        for p, s in zip(self.params, noisy_sum):
-            p.grad = s / self.B  # the expected batch size B, never the realised |B_t| (hygiene rule 1)
+        released = list(method.release(acc, self.noise))
+        del acc  # for a scaled sum, its tensors are the released ones: each dies once its gradient exists
+        for i, p in enumerate(self.params):
+            p.grad = released[i] / self.B  # the expected batch size B, never the realised |B_t| (hygiene rule 1)
+            released[i] = None
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.ledger.record(sigma, self.q)

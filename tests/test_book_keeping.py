@@ -518,3 +518,13 @@ def test_an_empty_batch():
     model = tiny_cnn()
     norms, summed = BookKeeping(model, F)(*batch(0))
     assert norms.shape == (0,) and all(not s.any() for s in summed(torch.zeros(0)))
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_a_wide_convolution_on_a_small_map_sums_from_its_activations(grouped, monkeypatch):
+    """Its per-sample gradients (8 x 8 x 3 x 3) outweigh its input and output gradient (8 x 2 x 2 each): they give
+    the norms, then are dropped, and the sum is the weight-gradient product of the activations."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(8, 8, 3, padding=1)
+    assert conv.weight[0].numel() * 8 > 2 * 8 * 2 * 2
+    check_layer(conv, torch.randn(5, 8, 2, 2, dtype=DTYPE), monkeypatch, ghost=False, grouped=grouped)

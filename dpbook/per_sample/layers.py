@@ -49,6 +49,16 @@ def instantiated(grads: dict[str, torch.Tensor]) -> LayerGrads:
     return LayerGrads(sq, lambda w: {k: torch.einsum("n,n...->...", w, g) for k, g in grads.items()})
 
 
+def formed(name: str, G: torch.Tensor, a: torch.Tensor, g: torch.Tensor, product: Weighted) -> LayerGrads:
+    """A weight whose per-sample gradients ``G`` (n, *shape) were formed for its norms. Its sum reads ``G`` when ``G``
+    is no larger than the layer's input and output gradient; else ``G`` is dropped and the sum is the weight-gradient
+    ``product`` of (a, g) (the memory of a step stays that of the activations, e.g. ResNet's wide small-map convs)."""
+    sq = G.flatten(1).square().sum(1)
+    if G[0].numel() <= a[0].numel() + g[0].numel():
+        return LayerGrads(sq, lambda w: {name: torch.einsum("n,n...->...", w, G)})
+    return LayerGrads(sq, product)
+
+
 def combine(parts: Sequence[LayerGrads]) -> LayerGrads:
     """Parameters of one layer handled by separate rules (e.g. a ghost weight and an instantiated bias)."""
     return LayerGrads(sum(p.sq_norms for p in parts),
@@ -97,7 +107,7 @@ def linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str])
         elif strategy == GHOST:
             parts.append(LayerGrads(gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
         else:
-            parts.append(instantiated({"weight": g.mT @ a}))
+            parts.append(formed("weight", g.mT @ a, a, g, lambda w: {"weight": _linear_sum(a, g, w)}))
     if "bias" in names:
         parts.append(instantiated({"bias": g.sum(1)}))
     return combine(parts)
@@ -120,16 +130,17 @@ def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names:
     parts = []
     if "weight" in names:
         strategy = conv_strategy(module, g[0, 0].numel(), a.device)
+        product = lambda w: {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}  # noqa: E731
         if strategy == GHOST:
             sq = gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
-            parts.append(LayerGrads(sq, lambda w: {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}))
+            parts.append(LayerGrads(sq, product))
         elif strategy == GROUPED:
-            parts.append(instantiated({"weight": torch.cat([
-                _grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
-                for s in range(0, len(a), GROUPED_EXAMPLES)])}))
+            G = torch.cat([_grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
+                           for s in range(0, len(a), GROUPED_EXAMPLES)])
+            parts.append(formed("weight", G, a, g, product))
         else:
             G = g.flatten(2) @ _unfold(module, a).mT  # (n, C_out, C_in k)
-            parts.append(instantiated({"weight": G.reshape(len(a), *module.weight.shape)}))
+            parts.append(formed("weight", G.reshape(len(a), *module.weight.shape), a, g, product))
     if "bias" in names:
         parts.append(instantiated({"bias": g.flatten(2).sum(2)}))
     return combine(parts)
