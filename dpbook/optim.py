@@ -36,12 +36,12 @@ from dpbook.accounting import PrivacyLedger
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch, is_nonprivate
 from dpbook.models import check_no_batchnorm
 from dpbook.per_sample import BookKeeping, PerSampleGradients, Unsupported, check_finite, flat_norms
+from dpbook.sampling import micro_batches
 
 PER_SAMPLE_ENGINES = ("auto", "book-keeping", "vmap")
 """``DPOptimizer(per_sample=...)``: ``"book-keeping"`` forms per-sample norms and re-weighted sums from the layers'
 stored tensors (:mod:`dpbook.per_sample.book_keeping`), ``"vmap"`` the per-sample gradients themselves
 (:mod:`dpbook.per_sample.vmap`), ``"auto"`` the first whenever the method needs no per-sample vectors."""
-from dpbook.sampling import micro_batches
 
 
 def released_diagnostics(method: Method) -> dict[str, float]:
@@ -144,11 +144,9 @@ class DPOptimizer:
         for sl in micro_batches(len(x), self.micro_batch_size):
             self._accumulate(acc, x[sl], y[sl], None if index is None else index[sl])
         sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
-        released = list(method.release(acc, self.noise))
-        del acc  # for a scaled sum, its tensors are the released ones: each dies once its gradient exists
-        for i, p in enumerate(self.params):
-            p.grad = released[i] / self.B  # the expected batch size B, never the realised |B_t| (hygiene rule 1)
-            released[i] = None
+        noisy_sum = method.release(acc, self.noise)
+        for p, s in zip(self.params, noisy_sum):
+            p.grad = s / self.B  # the expected batch size B, never the realised |B_t| (hygiene rule 1)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.ledger.record(sigma, self.q)

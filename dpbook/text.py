@@ -489,6 +489,8 @@ class BertHead(nn.Module):
 
     def __init__(self, config: Any, *, num_labels: int = 2):
         super().__init__()
+        config = copy.deepcopy(config)
+        config.num_hidden_layers = 1  # the layers below are never run here: build only the last one
         bert = bert_classifier(config=config, num_labels=num_labels, train_last_layers=1).model
         self.layer, self.pooler = bert.bert.encoder.layer[-1], bert.bert.pooler
         self.dropout, self.classifier = bert.dropout, bert.classifier

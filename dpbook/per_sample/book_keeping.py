@@ -123,7 +123,16 @@ class _Layer:
     prefix: str
     module: nn.Module
     names: set[str]  # its own trainable parameters' local names
+    rule: Callable | None  # layers.rule_for(module), looked up once
     calls: list[_Call] = field(default_factory=list)
+
+    def sequence(self) -> bool:
+        """A linear or embedding layer: its calls are one call over a longer sequence, whatever their number."""
+        return self.rule in (layers.linear, layers.embedding)
+
+    def generic(self, calls: int) -> bool:
+        """Does the generic (vmap) rule give this layer's per-sample gradients, for this number of calls?"""
+        return self.rule is None or (calls > 1 and not self.sequence())
 
 
 class BookKeeping:
@@ -140,27 +149,27 @@ class BookKeeping:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        self.layers, owner, self.shared = [], {}, None
+        self.layers, owner, self.unsupported = [], {}, None
         for prefix, module in model.named_modules(remove_duplicate=False):
             own = {k for k, p in module.named_parameters(recurse=False) if p.requires_grad}
             for k in own:  # a tied parameter: its per-sample gradient sums two layers' (cross terms in the norm)
                 name = _qualified(prefix, k)
                 other = owner.setdefault(id(getattr(module, k)), name)
                 if other != name:
-                    self.shared = f"parameter {other!r} is also {name!r} (tied weights)"
+                    self.unsupported = f"parameter {other!r} is also {name!r} (tied weights)"
             if own:
-                self.layers.append(_Layer(prefix, module, own))
+                self.layers.append(_Layer(prefix, module, own, layers.rule_for(module)))
         where = {_qualified(layer.prefix, k): (layer.prefix, k) for layer in self.layers for k in layer.names}
         self._owners = [where.get(name, (None, None)) for name in self.names]  # (layer prefix, local name)
         dtypes = {p.dtype for p in self.params}
         if not dtypes <= {torch.float32, torch.float64} or len(dtypes) > 1:  # half squares overflow past 256
-            self.shared = f"parameters of dtype(s) {sorted(map(str, dtypes))}: it needs one of float32, float64"
+            self.unsupported = f"parameters of dtype(s) {sorted(map(str, dtypes))}: it needs one of float32, float64"
         self.checked = False  # the first call checks itself (SELF_CHECK_EXAMPLES examples): see _self_check
 
     def __call__(self, x: torch.Tensor,
                  y: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], Iterator[torch.Tensor]]]:
-        if self.shared:
-            raise Unsupported(self.shared)
+        if self.unsupported:
+            raise Unsupported(self.unsupported)
         if not len(x):
             return torch.zeros(0, dtype=self.params[0].dtype, device=x.device), lambda w: (
                 torch.zeros_like(p) for p in self.params)
@@ -190,21 +199,18 @@ class BookKeeping:
 
     @staticmethod
     def _plan_row(layer: _Layer, calls: list, device) -> dict:
-        module, rule = layer.module, layers.rule_for(layer.module)
-        positions = sum(math.prod(out[1:-1] if rule in (layers.linear, layers.embedding) else out[2:])
-                        for _, out in calls)
+        module, rule = layer.module, layer.rule
+        positions = sum(math.prod(out[1:-1] if layer.sequence() else out[2:]) for _, out in calls)
         if not calls:
             strategy = "not called"
+        elif layer.generic(len(calls)):
+            strategy = f"{layers.FORMED}, vmap of the layer"
         elif rule is layers.linear:
             strategy = layers.linear_strategy(positions, module.in_features, module.out_features)
-        elif rule is layers.conv and len(calls) == 1:
+        elif rule is layers.conv:
             strategy = layers.conv_strategy(module, positions, device)
-        elif rule is layers.embedding:
-            strategy = layers.GHOST
-        elif rule is not None and len(calls) == 1:
-            strategy = layers.FORMED
         else:
-            strategy = f"{layers.FORMED}, vmap of the layer"
+            strategy = layers.GHOST if rule is layers.embedding else layers.FORMED
         trainable = sum(p.numel() for k, p in module.named_parameters(recurse=False) if k in layer.names)
         return {"layer": layer.prefix, "type": type(module).__name__, "trainable": trainable,
                 "positions": positions, "strategy": strategy}
@@ -257,7 +263,7 @@ class BookKeeping:
         outputs = [call.output for _, call in calls]  # an output the loss does not use gets a zero gradient
         grads = torch.autograd.grad(losses.sum(), outputs, allow_unused=True, materialize_grads=True) if calls else []
         for (layer, call), g in zip(calls, grads):  # the generic rule compares its re-run with the output
-            call.g, call.output = g, call.output.detach() if self._is_generic(layer) else None
+            call.g, call.output = g, call.output.detach() if layer.generic(len(layer.calls)) else None
 
     @staticmethod
     def _recorder(layer: _Layer):
@@ -272,22 +278,16 @@ class BookKeeping:
         return hook
 
     # --- one layer ----------------------------------------------------------------------------------------
-    @staticmethod
-    def _is_generic(layer: _Layer) -> bool:
-        rule = layers.rule_for(layer.module)
-        return rule is None or (len(layer.calls) > 1 and rule not in (layers.linear, layers.embedding))
-
     def _layer_grads(self, layer: _Layer, n: int) -> layers.LayerGrads:
-        module, names = layer.module, layer.names
-        rule = layers.rule_for(module)
-        if rule in (layers.linear, layers.embedding):  # several calls = one call over a longer sequence
+        module, names, rule = layer.module, layer.names, layer.rule
+        if layer.sequence():  # several calls = one call over a longer sequence
             tail = (module.in_features,) if rule is layers.linear else ()
             a = _cat([call.inputs[0].detach().reshape(n, -1, *tail) for call in layer.calls])
             g = _cat([call.g.reshape(n, -1, call.g.shape[-1]) for call in layer.calls])
             return rule(module, a, g, names)
-        if rule is not None and len(layer.calls) == 1:
-            return rule(module, layer.calls[0].inputs[0].detach(), layer.calls[0].g, names)
-        return layers.instantiated(self._generic(layer))
+        if layer.generic(len(layer.calls)):
+            return layers.instantiated(self._generic(layer))
+        return rule(module, layer.calls[0].inputs[0].detach(), layer.calls[0].g, names)
 
     def _generic(self, layer: _Layer) -> dict[str, torch.Tensor]:
         """Any other layer, or a layer called several times: its per-sample gradients, summed over the calls."""

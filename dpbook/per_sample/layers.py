@@ -106,8 +106,8 @@ def linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str])
             parts.append(LayerGrads(sq, lambda w: {"weight": _linear_sum(a, g, w)}))
         elif strategy == GHOST:
             parts.append(LayerGrads(gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
-        else:
-            parts.append(formed("weight", g.mT @ a, a, g, lambda w: {"weight": _linear_sum(a, g, w)}))
+        else:  # formed only when T (d + p) >= d p: never larger than (a, g), so kept for the sum
+            parts.append(instantiated({"weight": g.mT @ a}))
     if "bias" in names:
         parts.append(instantiated({"bias": g.sum(1)}))
     return combine(parts)
@@ -130,7 +130,10 @@ def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names:
     parts = []
     if "weight" in names:
         strategy = conv_strategy(module, g[0, 0].numel(), a.device)
-        product = lambda w: {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}  # noqa: E731
+
+        def product(w):
+            return {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}
+
         if strategy == GHOST:
             sq = gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
             parts.append(LayerGrads(sq, product))
