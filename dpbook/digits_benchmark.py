@@ -5,7 +5,7 @@ The evidence this book can produce without a GPU. Setting (:data:`SETTING`): sci
 10 epochs at expected batch size B = 128 (q = 0.089, T = 110 steps), delta = 1e-5, RDP accountant, Adam at
 learning rate 0.01 for every method (the DC-SGD paper's Adam protocol: eta is not tuned).
 
-Every cell is filled as :mod:`dpbook.reproduce` describes, under DC-SGD's three protocols: ``"none"`` (free
+Every cell is filled as :mod:`dpbook.benchmark` describes, under DC-SGD's three protocols: ``"none"`` (free
 tuning, the best grid point re-trained with 5 seeds, as Tables IV-V), ``"rdp"`` and ``"lt"`` (the search charged to
 the budget by RDP composition or Liu-Talwar random stopping, 5 independent searches, as Tables III and II).
 Selection uses the test accuracy, as the papers do ("the test set is treated as public"); with 360 test examples
@@ -25,91 +25,38 @@ One command regenerates every result file (about 5,500 runs of a third of a seco
 
 from __future__ import annotations
 
-from typing import Sequence
-
-from dpbook import reproduce, results
-from dpbook.experiment import Experiment
-from dpbook.sweep import run_all
+from dpbook.benchmark import Benchmark, product
 
 STUDY = "digits-benchmark"
-SETTING = dict(study=STUDY, dataset="digits", model="digits_mlp", epochs=10, batch_size=128, optimizer="adam",
-               lr=0.01, delta=1e-5)
+SETTING = dict(dataset="digits", model="digits_mlp", epochs=10, batch_size=128, optimizer="adam", lr=0.01,
+               delta=1e-5)
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
-SEEDS = 5
-PROTOCOLS = ("none", "rdp", "lt")
 
 #: The DC-SGD paper's grid sizes with Adam (Table I's multipliers), which :data:`GRIDS` scales down.
 PAPER_G = {"dpsgd": 10, "dcsgd-p": 9, "dcsgd-e": 1, "adaclip": 45, "dynamic": 90}
 
 C_GRID = (0.1, 0.5, 1.0, 4.0)  # 4 of Table VII's 10 C values, spanning the same range
 
-
-def _product(**axes) -> list[dict]:
-    points = [{}]
-    for name, values in axes.items():
-        points = [{**p, name: v} for p in points for v in values]
-    return points
-
-
 #: Each method's grid: a list of hyperparameter dicts (fixed values repeated in every point).
 GRIDS: dict[str, list[dict]] = {
-    "dpsgd": _product(C=C_GRID),
-    "dcsgd-p": _product(p=(0.2, 0.4, 0.6, 0.8)),
+    "dpsgd": product(C=C_GRID),
+    "dcsgd-p": product(p=(0.2, 0.4, 0.6, 0.8)),
     "dcsgd-e": [{}],
-    "adaclip": _product(p=(0.2, 0.4, 0.5, 0.6, 0.8, 0.9), eta_C=(0.1, 0.2, 0.3)),
-    "dynamic": _product(C_0=C_GRID, rho_C=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
+    "adaclip": product(p=(0.2, 0.4, 0.5, 0.6, 0.8, 0.9), eta_C=(0.1, 0.2, 0.3)),
+    "dynamic": product(C_0=C_GRID, rho_C=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
     "autos": [{}],
-    "psac": _product(C=(1.0,), r=(1e-3, 1e-2, 1e-1)),
-    "psasc": _product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8)),
-    "psasc-momentum": _product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8), K0=(2,), gamma0=(0.5,), gamma1=(0.5,)),
+    "psac": product(C=(1.0,), r=(1e-3, 1e-2, 1e-1)),
+    "psasc": product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8)),
+    "psasc-momentum": product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8), K0=(2,), gamma0=(0.5,), gamma1=(0.5,)),
     # DPDR's DP-SGD phase clips at the same bound as its orthogonal parts (C_g = C_perp)
     "dpdr": [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in (0.5, 1.0) for s in (5, 22)],
-    "diff": _product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,)),
+    "diff": product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,)),
     # DIFF2's restart period and restart-to-difference noise ratio are left open by the papers [F-25]: tuned too
-    "diff2": _product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,), restart_every=(5, 50), restart_noise_ratio=(1.0, 0.5)),
+    "diff2": product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,), restart_every=(5, 50), restart_noise_ratio=(1.0, 0.5)),
 }
-METHODS: tuple[str, ...] = tuple(GRIDS)
 
-
-def base(method: str, epsilon: float, protocol: str, *, epochs: int = SETTING["epochs"]) -> Experiment:
-    """The cell's experiment (seed and grid point are filled in by :mod:`dpbook.reproduce`)."""
-    return Experiment(method=method, epsilon=epsilon, protocol=protocol, **{**SETTING, "epochs": epochs})
-
-
-def cell(method: str, epsilon: float, protocol: str, results_dir=results.RESULTS_DIR, *, seeds: int = SEEDS,
-         epochs: int = SETTING["epochs"]) -> dict:
-    """One cell of the benchmark table (see :func:`dpbook.reproduce.cell`)."""
-    return reproduce.cell(base(method, epsilon, protocol, epochs=epochs), GRIDS[method], seeds, results_dir)
-
-
-def run(*, jobs: int = 2, results_dir=results.RESULTS_DIR, methods: Sequence[str] | None = None,
-        epsilons: Sequence[float] | None = None, seeds: int = SEEDS, epochs: int = SETTING["epochs"],
-        progress: bool | None = None) -> list[dict]:
-    """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries.
-
-    ``seeds`` and ``epochs`` other than the defaults make a smaller benchmark (the notebook's smoke test).
-    """
-    methods = list(methods or METHODS)
-    epsilons = list(epsilons or EPSILONS)
-    unknown = sorted(set(methods) - set(GRIDS))
-    if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; the benchmark's methods: {list(GRIDS)}")
-    cells = [(m, e, p) for m in methods for e in epsilons for p in PROTOCOLS]
-    phase1, unreachable = [], []
-    for m, e, p in cells:
-        try:
-            phase1 += reproduce.planned_runs(base(m, e, p, epochs=epochs), GRIDS[m], seeds)
-        except ValueError as err:
-            unreachable.append(f"{m} eps={e:g} {p}: {str(err).splitlines()[0][:160]}")
-    first = run_all(phase1, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
-    first["unreachable"] = unreachable
-    phase2 = [r for m, e, p in cells if p == "none" for r in _reruns(m, e, results_dir, seeds, epochs)]
-    second = run_all(phase2, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
-    return [first, second]
-
-
-def _reruns(method: str, epsilon: float, results_dir, seeds: int, epochs: int) -> list[Experiment]:
-    try:
-        return reproduce.reruns(base(method, epsilon, "none", epochs=epochs), GRIDS[method], seeds, results_dir)
-    except ValueError:
-        return []
+BENCHMARK = Benchmark(study=STUDY, setting=SETTING, epsilons=EPSILONS, grids=GRIDS, paper_G=PAPER_G)
+METHODS: tuple[str, ...] = BENCHMARK.methods
+PROTOCOLS = BENCHMARK.protocols
+SEEDS = BENCHMARK.seeds
+base, cell, run = BENCHMARK.base, BENCHMARK.cell, BENCHMARK.run

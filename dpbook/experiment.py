@@ -76,6 +76,7 @@ class Task:
 
 TASKS: dict[str, Task] = {
     "digits": Task((1, 8, 8), 10),
+    "mnist5k": Task((1, 28, 28), 10),
     "mnist": Task((1, 28, 28), 10),
     "fashionmnist": Task((1, 28, 28), 10),
     "cifar10": Task((3, 32, 32), 10, smoke_sizes=(32, 16)),
@@ -238,7 +239,7 @@ def smoke_data(task: Task, seed: int = 0) -> data.DataSplits:
 
 
 def load_task_data(exp: Experiment, *, root: str | Path = data.DEFAULT_ROOT, download: bool = False) -> data.DataSplits:
-    """The experiment's train/test tensors: the real dataset (digits ship offline), or smoke data.
+    """The experiment's train/test tensors: the real dataset (digits and MNIST-5k ship offline), or smoke data.
 
     Raises :class:`dpbook.data.DatasetNotFoundError` (with where to put the files) when a dataset is missing.
     """
@@ -246,6 +247,8 @@ def load_task_data(exp: Experiment, *, root: str | Path = data.DEFAULT_ROOT, dow
         splits = smoke_data(TASKS[exp.dataset])
     elif exp.dataset == "digits":
         splits = data.load_digits()
+    elif exp.dataset == "mnist5k":
+        splits = data.load_mnist5k()
     elif exp.dataset == "names":
         splits = text.load_names(root)
     elif exp.dataset == "qnli":

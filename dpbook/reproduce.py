@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from dpbook import results
+from dpbook import data, results
 from dpbook.experiment import TASKS, Experiment, load_task_data, plan_of
 from dpbook.methods import METHODS
 from dpbook.sweep import run_all
@@ -39,7 +39,7 @@ from dpbook.tuning import TuningPlan, search_schedule
 REP_SEED = 100_000  # base seed of search r is r * REP_SEED
 
 #: Training-set sizes of the real datasets (standard splits), so that a search is planned without loading data.
-TRAIN_SIZES = {"digits": 1437, "mnist": 60_000, "fashionmnist": 60_000, "cifar10": 50_000, "svhn": 73_257,
+TRAIN_SIZES = {"digits": 1437, "mnist5k": data.MNIST5K_SPLIT[0], "mnist": 60_000, "fashionmnist": 60_000, "cifar10": 50_000, "svhn": 73_257,
                "celeba": 162_770, "imagenette": 9_469, "cifar10-simclr": 50_000, "qnli": 104_743}
 
 

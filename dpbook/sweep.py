@@ -2,8 +2,8 @@
 
 Two kinds of sweep share this module:
 
-- **in-process runs** of :class:`dpbook.experiment.Experiment` (:func:`run_all`), used by the digits benchmark
-  (``python -m dpbook.sweep digits --jobs 2``);
+- **in-process runs** of :class:`dpbook.experiment.Experiment` (:func:`run_all`), used by the benchmarks
+  (``python -m dpbook.sweep digits --jobs 2``, ``python -m dpbook.sweep mnist5k --jobs 2``);
 - **papermill executions** of a reproduction notebook over a grid of parameters (:func:`run_notebook_grid`), e.g.
   every method x epsilon x seed of one table on a GPU::
 
@@ -26,6 +26,7 @@ import argparse
 import ast
 import re
 import concurrent.futures as cf
+import importlib
 import itertools
 import multiprocessing
 import os
@@ -258,16 +259,22 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
 # Command line
 # ----------------------------------------------------------------------------------------------------------------
 
+#: The benchmarks ``python -m dpbook.sweep NAME`` runs: name -> the module defining its ``BENCHMARK``.
+BENCHMARKS = {"digits": "dpbook.digits_benchmark", "mnist5k": "dpbook.mnist5k_benchmark"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dpbook.sweep", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    digits = sub.add_parser("digits", help="the digits benchmark of every method (dpbook.digits_benchmark)")
-    digits.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at once")
-    digits.add_argument("--results-dir", default=str(results.RESULTS_DIR))
-    digits.add_argument("--methods", default=None, help="comma-separated subset of the methods")
-    digits.add_argument("--epsilons", default=None, help="comma-separated subset of the budgets")
-    digits.add_argument("--seeds", type=int, default=None, help="seeds per cell (a smaller benchmark; default 5)")
-    digits.add_argument("--epochs", type=int, default=None, help="epochs per run (a smaller benchmark; default 10)")
+    for name, module in BENCHMARKS.items():
+        bench = sub.add_parser(name, help=f"the {name} benchmark of every method ({module})")
+        bench.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at once")
+        bench.add_argument("--results-dir", default=str(results.RESULTS_DIR))
+        bench.add_argument("--methods", default=None, help="comma-separated subset of the methods")
+        bench.add_argument("--epsilons", default=None, help="comma-separated subset of the budgets")
+        bench.add_argument("--seeds", type=int, default=None, help="seeds per cell (a smaller benchmark; default 5)")
+        bench.add_argument("--epochs", type=int, default=None,
+                           help="epochs per run (a smaller benchmark; default: the benchmark's)")
     nb = sub.add_parser("notebook", help="papermill executions of a notebook over a parameter grid")
     nb.add_argument("notebook")
     nb.add_argument("--grid", action="append", default=[], help="name=v1,v2,... (repeatable)")
@@ -302,14 +309,12 @@ def summary_lines(summaries: list[dict]) -> list[str]:
 
 
 def _run(args) -> list[dict]:
-    if args.command == "digits":
-        from dpbook import digits_benchmark
-
+    if args.command in BENCHMARKS:
+        benchmark = importlib.import_module(BENCHMARKS[args.command]).BENCHMARK
         methods = args.methods.split(",") if args.methods else None
         epsilons = [float(e) for e in args.epsilons.split(",")] if args.epsilons else None
-        sizes = {k: v for k, v in (("seeds", args.seeds), ("epochs", args.epochs)) if v is not None}
-        summaries = digits_benchmark.run(jobs=args.jobs, results_dir=args.results_dir, methods=methods,
-                                         epsilons=epsilons, **sizes)
+        summaries = benchmark.run(jobs=args.jobs, results_dir=args.results_dir, methods=methods,
+                                  epsilons=epsilons, seeds=args.seeds, epochs=args.epochs)
     else:
         summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
                                        parse_assignments(args.set, lists=False), output_dir=args.output_dir,

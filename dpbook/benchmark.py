@@ -1,0 +1,110 @@
+r"""A real-data benchmark: every method, several budgets, the three tuning protocols, n seeds per cell.
+
+A :class:`Benchmark` is a setting (dataset, model, epochs, expected batch size, optimizer, learning rate, delta),
+budgets, a grid per method and a number of seeds. Its cells are filled as :mod:`dpbook.reproduce` describes,
+under DC-SGD's three protocols: ``"none"`` (free tuning: the best grid point re-trained with n seeds, as Tables
+IV-V), ``"rdp"`` and ``"lt"`` (the search charged to the budget by RDP composition or by Liu-Talwar random
+stopping, n independent searches, as Tables III and II). Two benchmarks are defined:
+:data:`dpbook.digits_benchmark.BENCHMARK` and :data:`dpbook.mnist5k_benchmark.BENCHMARK`; ``python -m
+dpbook.sweep digits`` and ``python -m dpbook.sweep mnist5k`` run them.
+
+>>> tiny = Benchmark(study="doctest", setting=dict(dataset="digits", model="digits_mlp", epochs=1, batch_size=128),
+...                  epsilons=(4.0,), grids={"dpsgd": product(C=(0.5, 1.0))}, paper_G={"dpsgd": 10})
+>>> [(r.hyperparameters["C"], r.seed) for r in tiny.planned_runs("dpsgd", 4.0, "rdp")][:3]
+[(0.5, 0), (1.0, 1), (0.5, 100000)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from dpbook import reproduce, results
+from dpbook.experiment import Experiment
+from dpbook.params import check_known
+from dpbook.sweep import run_all
+
+PROTOCOLS = ("none", "rdp", "lt")
+
+
+def product(**axes) -> list[dict]:
+    """Every combination of the axes' values, the first axis varying slowest.
+
+    >>> product(C=(0.1, 1.0), s=(5,))
+    [{'C': 0.1, 's': 5}, {'C': 1.0, 's': 5}]
+    """
+    points = [{}]
+    for name, values in axes.items():
+        points = [{**p, name: v} for p in points for v in values]
+    return points
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """The setting, budgets, grids and seeds of one benchmark; its cells, runs and sweep.
+
+    ``setting`` holds the :class:`dpbook.experiment.Experiment` fields every run shares (without ``study``);
+    ``paper_G`` the DC-SGD paper's grid sizes (Adam) that ``grids`` scale down.
+    """
+
+    study: str
+    setting: Mapping
+    epsilons: tuple[float, ...]
+    grids: Mapping[str, list[dict]]
+    paper_G: Mapping[str, int] = field(default_factory=dict)
+    seeds: int = 5
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self.grids)
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        return PROTOCOLS
+
+    def base(self, method: str, epsilon: float, protocol: str, *, epochs: int | None = None) -> Experiment:
+        """The cell's experiment (seed and grid point are filled in by :mod:`dpbook.reproduce`)."""
+        setting = dict(self.setting) | ({} if epochs is None else {"epochs": epochs})
+        return Experiment(study=self.study, method=method, epsilon=epsilon, protocol=protocol, **setting)
+
+    def cell(self, method: str, epsilon: float, protocol: str, results_dir=results.RESULTS_DIR, *,
+             seeds: int | None = None, epochs: int | None = None) -> dict:
+        """One cell of the benchmark table (see :func:`dpbook.reproduce.cell`)."""
+        return reproduce.cell(self.base(method, epsilon, protocol, epochs=epochs), self.grids[method],
+                              seeds or self.seeds, results_dir)
+
+    def planned_runs(self, method: str, epsilon: float, protocol: str, *, seeds: int | None = None,
+                     epochs: int | None = None) -> list[Experiment]:
+        """The cell's runs known before any result (a ValueError when it is unreachable)."""
+        return reproduce.planned_runs(self.base(method, epsilon, protocol, epochs=epochs), self.grids[method],
+                                      seeds or self.seeds)
+
+    def run(self, *, jobs: int = 2, results_dir=results.RESULTS_DIR, methods: Sequence[str] | None = None,
+            epsilons: Sequence[float] | None = None, seeds: int | None = None, epochs: int | None = None,
+            progress: bool | None = None) -> list[dict]:
+        """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries.
+
+        ``seeds`` and ``epochs`` other than the defaults make a smaller benchmark (a notebook's smoke test).
+        """
+        methods = list(methods or self.methods)
+        check_known("method(s)", methods, self.methods)
+        cells = [(m, e, p) for m in methods for e in (epsilons or self.epsilons) for p in PROTOCOLS]
+        phase1, unreachable = [], []
+        for m, e, p in cells:
+            try:
+                phase1 += self.planned_runs(m, e, p, seeds=seeds, epochs=epochs)
+            except ValueError as err:
+                unreachable.append(f"{m} eps={e:g} {p}: {str(err).splitlines()[0][:160]}")
+        first = run_all(phase1, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
+        first["unreachable"] = unreachable
+        phase2 = [r for m, e, p in cells if p == "none" for r in self._reruns(m, e, results_dir, seeds, epochs)]
+        second = run_all(phase2, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
+        return [first, second]
+
+    def _reruns(self, method: str, epsilon: float, results_dir, seeds: int | None,
+                epochs: int | None) -> list[Experiment]:
+        try:
+            return reproduce.reruns(self.base(method, epsilon, "none", epochs=epochs), self.grids[method],
+                                    seeds or self.seeds, results_dir)
+        except ValueError:
+            return []
