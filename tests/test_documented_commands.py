@@ -34,6 +34,7 @@ SIZES = {"epochs"}
 #: Size options for entry points that are not notebooks (the documented options come first and still apply).
 SMALL = {
     "dpbook.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
+    "dpbook.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "2", "--epochs", "1"],
     "dpbook.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8", "--method-models"],
     "dpbook.audit": ["--trials", "200"],
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],

@@ -124,6 +124,18 @@ def test_smoke_runs_every_kind_of_task(tmp_path, dataset, model, method):
     assert len(results.load_results("smoke", root=tmp_path, smoke=True)) == 1
 
 
+def test_a_real_mnist5k_run(tmp_path):
+    """MNIST-5k is a dataset like any other: real images, its fixed test set, the MNIST CNN; its size is known to
+    a search without loading it."""
+    exp = Experiment(study="m5k", dataset="mnist5k", model="mnist_cnn", method="dpsgd", hyperparameters={"C": 1.0},
+                     epsilon=8.0, epochs=1, batch_size=64, lr=0.01, train_size=256)
+    record = run_experiment(exp, results_dir=tmp_path, progress=False)
+    assert (record["N"], record["N_test"], record["parameters"], record["steps"]) == (256, 1000, 26010, 4)
+    assert record["delta_spent"] == 1 / 256 and 0 <= record["final"]["test_accuracy"] <= 1
+    full = exp.replace(train_size=None)
+    assert reproduce.training_size(full) == len(experiment.load_task_data(full).x_train) == 4000
+
+
 def test_missing_real_dataset_names_the_fix(tmp_path):
     exp = Experiment(study="x", dataset="mnist", model="mnist_cnn", method="dpsgd", hyperparameters={"C": 1.0})
     with pytest.raises(FileNotFoundError, match="download=True"):
