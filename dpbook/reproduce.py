@@ -43,6 +43,21 @@ TRAIN_SIZES = {"digits": 1437, "mnist5k": data.MNIST5K_SPLIT[0], "mnist": 60_000
                "celeba": 162_770, "imagenette": 9_469, "cifar10-simclr": 50_000, "qnli": 104_743}
 
 
+#: Offline stand-ins: a paper's dataset -> a dataset of the same shape and classes that ships with the book, which
+#: a reproduction chapter can train that dataset's cells on (``stand_ins=True``) where the real one cannot be had.
+STAND_INS = {"mnist": "mnist5k"}
+
+
+def stand_in(exp: Experiment, use: bool) -> Experiment:
+    """``exp`` on its dataset's stand-in (:data:`STAND_INS`) when ``use``, else unchanged.
+
+    >>> exp = Experiment(study="s", dataset="mnist", model="mnist_cnn", method="dpsgd")
+    >>> stand_in(exp, True).dataset, stand_in(exp, False).dataset
+    ('mnist5k', 'mnist')
+    """
+    return exp.replace(dataset=STAND_INS[exp.dataset]) if use and exp.dataset in STAND_INS else exp
+
+
 def training_size(exp: Experiment) -> int:
     """N of the experiment's training set (smoke: the stand-in's; ``train_size`` when it subsamples)."""
     if exp.smoke:
