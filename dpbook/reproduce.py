@@ -39,7 +39,8 @@ from dpbook.tuning import TuningPlan, search_schedule
 REP_SEED = 100_000  # base seed of search r is r * REP_SEED
 
 #: Training-set sizes of the real datasets (standard splits), so that a search is planned without loading data.
-TRAIN_SIZES = {"digits": 1437, "mnist5k": data.MNIST5K_SPLIT[0], "mnist": 60_000, "fashionmnist": 60_000, "cifar10": 50_000, "svhn": 73_257,
+TRAIN_SIZES = {"digits": 1437, "mnist5k": data.MNIST5K_SPLIT[0], "mnist": 60_000, "fashionmnist": 60_000,
+               "cifar10": 50_000, "svhn": 73_257,
                "celeba": 162_770, "imagenette": 9_469, "cifar10-simclr": 50_000, "qnli": 104_743}
 
 
@@ -56,6 +57,15 @@ def stand_in(exp: Experiment, use: bool) -> Experiment:
     ('mnist5k', 'mnist')
     """
     return exp.replace(dataset=STAND_INS[exp.dataset]) if use and exp.dataset in STAND_INS else exp
+
+
+def stand_in_note(used: bool) -> str:
+    """The paragraph under a "paper vs reproduced" table whose MNIST rows trained on a stand-in ("" otherwise)."""
+    if not used:
+        return ""
+    return ("\n\n*With `stand_ins=True` the MNIST rows are trained on MNIST-5k (`dpbook.data.load_mnist5k`, "
+            "4,000 training images), not on MNIST: compare the methods with each other, not their accuracies or "
+            "the difference column with the paper's.*")
 
 
 def training_size(exp: Experiment) -> int:

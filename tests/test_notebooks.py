@@ -88,3 +88,19 @@ def test_a_misspelt_name_stops_the_notebook_before_anything_runs(notebook, optio
                           "python3", "--no-progress-bar", *options], capture_output=True, text=True,
                          cwd=ROOT / "notebooks")
     assert run.returncode != 0 and message in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.notebook
+def test_stand_ins_train_the_mnist_cells_on_mnist5k(tmp_path):
+    """``stand_ins=True``: a reproduction chapter's MNIST cells train on MNIST-5k, and the table says so."""
+    path = ROOT / "notebooks" / "reproduce_psasc.ipynb"
+    smoke = smoke_parameters(path) | {"cells": [["mnist", "dpsgd"]], "results_dir": str(tmp_path), "seeds": 2,
+                                      "stand_ins": True}
+    options = [arg for name, value in smoke.items() for arg in ("-p", name, shell_text(value))]
+    out = tmp_path / "out.ipynb"
+    run = subprocess.run([sys.executable, "-m", "papermill", str(path), str(out), "-k", "python3", "--cwd",
+                          str(path.parent), "--no-progress-bar", *options], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    trained = sorted(p.name for p in (tmp_path / "psasc" / "dpsgd").glob("*.json"))
+    assert trained and all(name.startswith("smoke_mnist5k_") for name in trained), trained
+    assert "the MNIST rows are trained on MNIST-5k" in out.read_text()
