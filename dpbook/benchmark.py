@@ -81,10 +81,11 @@ class Benchmark:
 
     def run(self, *, jobs: int = 2, results_dir=results.RESULTS_DIR, methods: Sequence[str] | None = None,
             epsilons: Sequence[float] | None = None, seeds: int | None = None, epochs: int | None = None,
-            progress: bool | None = None) -> list[dict]:
+            progress: bool | None = None, executor: str = "local", slurm=None) -> list[dict]:
         """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries.
 
-        ``seeds`` and ``epochs`` other than the defaults make a smaller benchmark (a notebook's smoke test).
+        ``seeds`` and ``epochs`` other than the defaults make a smaller benchmark (a notebook's smoke test);
+        ``executor`` and ``slurm`` say where the runs execute (:func:`dpbook.sweep.run_all`).
         """
         methods = list(methods or self.methods)
         check_known("method(s)", methods, self.methods)
@@ -96,10 +97,11 @@ class Benchmark:
                 phase1 += self.planned_runs(m, e, p, seeds=seeds, epochs=epochs)
             except ValueError as err:
                 unreachable.append(f"{m} eps={e:g} {p}: {str(err).splitlines()[0][:160]}")
-        first = run_all(phase1, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
+        where = dict(jobs=jobs, executor=executor, slurm=slurm, results_dir=results_dir, progress=progress)
+        first = run_all(phase1, device="cpu" if executor == "local" else "auto", **where)
         first["unreachable"] = unreachable
         phase2 = [r for m, e, p in cells if p == "none" for r in self._reruns(m, e, results_dir, seeds, epochs)]
-        second = run_all(phase2, jobs=jobs, results_dir=results_dir, progress=progress, device="cpu")
+        second = run_all(phase2, device="cpu" if executor == "local" else "auto", **where)
         return [first, second]
 
     def _reruns(self, method: str, epsilon: float, results_dir, seeds: int | None,

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.std import tqdm
 
-from dpbook import io, params, results
+from dpbook import checks, dispatch, io, params, results, train
 from dpbook.experiment import Experiment, run_experiment
 
 
@@ -64,22 +64,31 @@ def die_with_parent(parent: int | None = None) -> None:
             os._exit(1)
 
 
-def _run_one(exp: Experiment, kwargs: dict) -> tuple[str, float, str | None]:
+def run_one(exp: Experiment, kwargs: dict) -> tuple[str, float, str | None]:
+    """Train one run (skipped when recorded): ``(result path, seconds, None)``, or the error's traceback in place
+    of None. A run stopped on request (:class:`dpbook.train.Interrupted`, a preempted job) is not an error: it
+    propagates, and its checkpoint resumes it."""
     started = time.perf_counter()
     try:
         run_experiment(exp, progress=False, **kwargs)
         return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), time.perf_counter() - started, None
+    except train.Interrupted:
+        raise
     except Exception:  # a sweep reports a failed run and goes on
         return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), 0.0, traceback.format_exc(limit=3)
 
 
 def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 1, progress: bool | None = None,
-            **run_kwargs) -> dict:
-    """Run every experiment whose result file does not exist yet; return counts and the failures.
+            executor: str = "local", slurm: dispatch.SlurmOptions | None = None,
+            sweep_dir: str | Path | None = None, **run_kwargs) -> dict:
+    """Run every experiment whose result file does not exist yet; return counts, the failures and the manifest.
 
-    ``jobs`` processes run at once, each with ``threads`` torch threads. ``run_kwargs`` go to
-    :func:`dpbook.experiment.run_experiment` (``results_dir``, ``device``, ``data_root``, ...).
+    ``executor`` (:data:`dpbook.dispatch.EXECUTORS`): ``"local"`` runs ``jobs`` processes at once, each with
+    ``threads`` torch threads; ``"debug"`` runs in this process; ``"slurm"`` submits one job array with the
+    ``slurm`` options. The manifest goes to ``sweep_dir`` (default ``<results_dir>/.sweeps/<UTC time>``).
+    ``run_kwargs`` go to :func:`dpbook.experiment.run_experiment` (``results_dir``, ``device``, ``data_root``, ...).
     """
+    checks.one_of("executor", executor, dispatch.EXECUTORS)
     results_dir = run_kwargs.get("results_dir", results.RESULTS_DIR)
     unique = {exp.path(results_dir): exp for exp in experiments}
     io.remove_stale_temporaries(Path(results_dir))
@@ -87,16 +96,27 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     summary = {"planned": len(unique), "skipped": len(unique) - len(todo), "done": 0, "failed": []}
     if not todo:
         return summary
+    folder = Path(sweep_dir) if sweep_dir is not None else Path(results_dir) / ".sweeps" / time.strftime(
+        "%Y%m%d-%H%M%S", time.gmtime())
+    manifest = dispatch.Manifest.new(folder, executor, results_dir, run_kwargs, slurm, list(unique.values()))
+    manifest.write()
+    summary["manifest"] = str(manifest.path)
     bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="run", desc="sweep")
-    if jobs <= 1:
+    if executor != "local":
+        submitted = dispatch.submit(todo, kind=executor, folder=folder, slurm=slurm, run_kwargs=run_kwargs,
+                                    run=run_one)
+        manifest.record_jobs(submitted)
+        bar.write(f"{len(submitted)} {executor} job(s); manifest {manifest.path}")
+        dispatch.collect(submitted, results_dir, lambda *outcome: _collect([outcome], summary, bar))
+    elif jobs <= 1:
         _init_worker(threads)
-        outcomes = (_run_one(exp, run_kwargs) for exp in todo)
+        outcomes = (run_one(exp, run_kwargs) for exp in todo)
         _collect(outcomes, summary, bar)
     else:
         context = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
                                     initargs=(threads, os.getpid())) as pool:
-            futures = [pool.submit(_run_one, exp, run_kwargs) for exp in todo]
+            futures = [pool.submit(run_one, exp, run_kwargs) for exp in todo]
             _collect((f.result() for f in cf.as_completed(futures)), summary, bar)
     bar.close()
     return summary
@@ -275,6 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.add_argument("--seeds", type=int, default=None, help="seeds per cell (a smaller benchmark; default 5)")
         bench.add_argument("--epochs", type=int, default=None,
                            help="epochs per run (a smaller benchmark; default: the benchmark's)")
+        _executor_arguments(bench)
+    status = sub.add_parser("status", help="what a sweep's runs are doing: pending, running, done, failed")
+    status.add_argument("manifest", help="the manifest.json a sweep wrote (or its folder)")
+    resume = sub.add_parser("resume", help="submit again the runs of a sweep that are not done")
+    resume.add_argument("manifest", help="the manifest.json a sweep wrote (or its folder)")
+    resume.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at once (local)")
     nb = sub.add_parser("notebook", help="papermill executions of a notebook over a parameter grid")
     nb.add_argument("notebook")
     nb.add_argument("--grid", action="append", default=[], help="name=v1,v2,... (repeatable)")
@@ -283,8 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     nb.add_argument("--output-dir", default="data/results/executed")
     args = parser.parse_args(argv)
     try:
+        if args.command == "status":
+            return print_status(dispatch.Manifest.read(args.manifest))
         summaries = _run(args)
-    except ValueError as err:  # a grid, a name or a value refused before anything ran
+    except (ValueError, FileNotFoundError) as err:  # a grid, a name, a value or a file refused before anything ran
         print(f"python -m dpbook.sweep: {err}", file=sys.stderr)
         return 2
 
@@ -308,13 +336,65 @@ def summary_lines(summaries: list[dict]) -> list[str]:
     return lines
 
 
+_SLURM_FLAGS = {  # flag -> (type, help); each overrides the same key of --slurm-config
+    "partition": (str, "SLURM partition"), "account": (str, "SLURM account"), "qos": (str, "SLURM QOS"),
+    "gpus": (int, "GPUs per array task"), "cpus": (int, "CPUs per array task"),
+    "mem-gb": (float, "memory per array task, GB"), "time-min": (int, "time limit per array task, minutes"),
+    "array-parallelism": (int, "array tasks running at once"), "runs-per-job": (int, "runs one array task trains"),
+}
+
+
+def _executor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", choices=dispatch.EXECUTORS, default="local",
+                        help="local: a process pool here (default); debug: in this process; slurm: a job array")
+    parser.add_argument("--slurm-config", default=None, help="a TOML file of SLURM options (dpbook.dispatch)")
+    for flag, (kind, text) in _SLURM_FLAGS.items():
+        parser.add_argument(f"--{flag}", type=kind, default=None, help=f"{text} (--executor slurm)")
+
+
+def _slurm_options(args) -> dispatch.SlurmOptions | None:
+    """The SLURM options of the command line (flags over the config file); None unless --executor slurm."""
+    given = {flag.replace("-", "_"): getattr(args, flag.replace("-", "_")) for flag in _SLURM_FLAGS}
+    if args.executor != "slurm":
+        used = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+        if used or args.slurm_config:
+            raise ValueError(f"{', '.join(used) or '--slurm-config'} apply to --executor slurm only")
+        return None
+    if args.slurm_config:
+        return dispatch.SlurmOptions.from_file(args.slurm_config, **given)
+    return dispatch.SlurmOptions(**{k: v for k, v in given.items() if v is not None})
+
+
+def print_status(manifest: dispatch.Manifest) -> int:
+    """Print a sweep's runs by state (the ones not done with why and where their log is); 0 when all are done."""
+    from tabulate import tabulate
+
+    rows = manifest.states()
+    counts = {}
+    for row in rows:
+        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    print(f"{manifest.path}: {len(rows)} run(s), " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    open_rows = [row for row in rows if row["state"] != "done"]
+    if open_rows:
+        print(tabulate([[r["run"], r["job"], r["state"], r["why"], r["log"]] for r in open_rows],
+                       headers=["run", "job", "state", "why", "log"]))
+    return 0 if not open_rows else 1
+
+
 def _run(args) -> list[dict]:
     if args.command in BENCHMARKS:
         benchmark = importlib.import_module(BENCHMARKS[args.command]).BENCHMARK
         methods = args.methods.split(",") if args.methods else None
         epsilons = [float(e) for e in args.epsilons.split(",")] if args.epsilons else None
         summaries = benchmark.run(jobs=args.jobs, results_dir=args.results_dir, methods=methods,
-                                  epsilons=epsilons, seeds=args.seeds, epochs=args.epochs)
+                                  epsilons=epsilons, seeds=args.seeds, epochs=args.epochs,
+                                  executor=args.executor, slurm=_slurm_options(args))
+    elif args.command == "resume":
+        manifest = dispatch.Manifest.read(args.manifest)
+        slurm = None if manifest.slurm is None else dispatch.SlurmOptions(**manifest.slurm)
+        summaries = [run_all(manifest.experiments(), jobs=args.jobs, executor=manifest.executor, slurm=slurm,
+                             sweep_dir=manifest.path.parent, results_dir=manifest.results_dir,
+                             **manifest.run_kwargs)]
     else:
         summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
                                        parse_assignments(args.set, lists=False), output_dir=args.output_dir,

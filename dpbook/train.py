@@ -27,6 +27,7 @@ apart in ``log.nonprivate``, for teaching:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -86,6 +87,25 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: 
         correct += (out.argmax(1) == target).sum().item()
     model.train(was_training)
     return {"loss": loss / max(len(x), 1), "accuracy": correct / max(len(x), 1)}
+
+
+class Interrupted(RuntimeError):
+    """A run stopped at a step boundary because :func:`request_stop` asked it to; its checkpoint (if it has one)
+    holds that step, and running it again resumes there."""
+
+
+_STOP = threading.Event()
+
+
+def request_stop() -> None:
+    """Ask the running :meth:`Trainer.run` to save its checkpoint after the current step and raise
+    :class:`Interrupted` (e.g. from a signal handler when a cluster preempts the job: at most one step is lost).
+    The request holds until :func:`clear_stop_request`."""
+    _STOP.set()
+
+
+def clear_stop_request() -> None:
+    _STOP.clear()
 
 
 class StaleCheckpointError(ValueError):
@@ -212,6 +232,12 @@ class Trainer:
                                 eps=f"{self.log.epochs[-1]['epsilon']:.2f}")
             if self.checkpoint is not None and (self.step % self.checkpoint_every == 0 or self.step == stop):
                 self.save(self.checkpoint)
+            if _STOP.is_set() and self.step < stop:
+                bar.close()
+                if self.checkpoint is not None:
+                    self.save(self.checkpoint)
+                raise Interrupted(f"stopped at step {self.step} of {self.T} on request"
+                                  + (f"; {self.checkpoint} resumes it" if self.checkpoint is not None else ""))
         bar.close()
         return self.log
 

@@ -1,0 +1,278 @@
+r"""Where a sweep's runs execute: this machine's process pool, in-process for debugging, or SLURM through submitit.
+
+Three executors (:data:`EXECUTORS`), one call (:func:`dpbook.sweep.run_all`):
+
+``"local"`` (the default)
+    A pool of ``jobs`` processes on this machine, with a progress bar.
+``"debug"``
+    submitit's ``DebugExecutor``: every run in this process, one after the other, so that a debugger can stop in it
+    (an error in the harness itself opens ``pdb``; a run's own error is reported as a failed run, as elsewhere).
+``"slurm"``
+    submitit's SLURM executor: the runs still missing go out as **one job array** (``runs_per_job`` runs per array
+    task), with the partition, account, QOS, GPUs, CPUs, memory, time limit and array parallelism of
+    :class:`SlurmOptions` (command-line flags, or a TOML file: :meth:`SlurmOptions.from_file`). A preempted or
+    timed-out task saves its run's checkpoint after the current step (:func:`dpbook.train.request_stop`), is
+    requeued by submitit, and resumes from that checkpoint.
+
+Every sweep writes a manifest (:class:`Manifest`) under ``<results_dir>/.sweeps/``: each run's key, its result file,
+its job id and log files. ``python -m dpbook.sweep status MANIFEST`` prints what is pending, running, done or
+failed (with the failing line), and ``python -m dpbook.sweep resume MANIFEST`` submits again only what is not done.
+A run's result file is the truth: a finished run is skipped whatever the manifest says.
+
+Ray is not needed here: the runs are independent batch jobs that each write their own file, which is what SLURM
+job arrays do natively (queueing, time limits, preemption and requeue), with no service to start in an allocation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import submitit
+
+from dpbook import checks, io, results, train
+from dpbook.experiment import Experiment
+
+EXECUTORS = ("local", "debug", "slurm")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What a SLURM job array asks for: per array task (``gpus``, ``cpus``, ``mem_gb``, ``time_min``), where it
+    runs (``partition``, ``account``, ``qos``), how many tasks run at once (``array_parallelism``) and how many runs
+    one task trains in turn (``runs_per_job``). ``extra`` passes any other ``#SBATCH`` option, e.g.
+    ``{"constraint": "a100"}``.
+
+    >>> SlurmOptions(partition="gpu", gpus=1).parameters()["slurm_partition"]
+    'gpu'
+    """
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    gpus: int = 0
+    cpus: int = 1
+    mem_gb: float | None = None
+    time_min: int = 60
+    array_parallelism: int = 32
+    runs_per_job: int = 1
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        checks.integer("gpus", self.gpus, minimum=0)
+        checks.integer("cpus", self.cpus)
+        checks.integer("time_min (minutes)", self.time_min)
+        checks.integer("array_parallelism", self.array_parallelism)
+        checks.integer("runs_per_job", self.runs_per_job)
+        if self.mem_gb is not None:
+            checks.positive("mem_gb", self.mem_gb)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides) -> "SlurmOptions":
+        """Options from a TOML file (its top level, or its ``[slurm]`` table), then ``overrides`` (flags given
+        on the command line; None means not given). A misspelt key is an error that names the valid ones."""
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+        table = table.get("slurm", table)
+        valid = [f.name for f in dataclasses.fields(cls)]
+        wrong = [k for k in table if k not in valid]
+        if wrong:
+            hint = checks.did_you_mean(wrong[0], valid)
+            raise ValueError(f"{path}: unknown SLURM option(s) {wrong}{hint}; valid: {', '.join(valid)}")
+        return cls(**{**table, **{k: v for k, v in overrides.items() if v is not None}})
+
+    def parameters(self) -> dict[str, Any]:
+        """submitit's ``update_parameters`` keywords."""
+        out = {"timeout_min": self.time_min, "cpus_per_task": self.cpus, "slurm_array_parallelism":
+               self.array_parallelism, "slurm_additional_parameters": dict(self.extra)}
+        if self.gpus:
+            out["gpus_per_node"] = self.gpus
+        if self.mem_gb is not None:
+            out["mem_gb"] = self.mem_gb
+        for name in ("partition", "account", "qos"):
+            if getattr(self, name) is not None:
+                out[f"slurm_{name}"] = getattr(self, name)
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The work of one job
+# ----------------------------------------------------------------------------------------------------------------
+
+class RunTask(submitit.helpers.Checkpointable):
+    """One job's work: train ``experiments`` in turn (each skipped when recorded, resumed from its checkpoint when
+    one exists), with ``run`` (:func:`dpbook.sweep.run_one`). Returns ``[(result path, seconds, error or None)]``.
+
+    When submitit's preemption or time-limit signal arrives, the training run stops after its current step with a
+    checkpoint, and submitit's own handler then requeues the job with this same task (``checkpoint`` is
+    submitit's default: resubmit with the same arguments), which resumes it.
+    """
+
+    def __init__(self, experiments: Sequence[Experiment], run_kwargs: dict, run: Callable):
+        self.experiments, self.run_kwargs, self.run = list(experiments), dict(run_kwargs), run
+
+    def __call__(self) -> list[tuple[str, float, str | None]]:
+        submitit_handler = signal.getsignal(signal.SIGUSR2)
+        signal.signal(signal.SIGUSR2, lambda signum, frame: train.request_stop())
+        try:
+            return [self.run(exp, self.run_kwargs) for exp in self.experiments]
+        except train.Interrupted as stopped:
+            print(f"dpbook: {stopped}", file=sys.stderr, flush=True)
+            if callable(submitit_handler):  # under submitit: checkpoint, requeue, exit
+                submitit_handler(signal.SIGUSR2, None)
+            raise
+        finally:
+            signal.signal(signal.SIGUSR2, submitit_handler)
+            train.clear_stop_request()
+
+
+def make_executor(kind: str, folder: Path, slurm: SlurmOptions | None = None) -> submitit.Executor:
+    """submitit's executor for ``"debug"`` or ``"slurm"``, logging under ``folder``."""
+    checks.one_of("executor", kind, ("debug", "slurm"))
+    executor = submitit.AutoExecutor(folder=folder, cluster=kind)
+    if kind == "slurm":
+        executor.update_parameters(name="dpbook", **(slurm or SlurmOptions()).parameters())
+    return executor
+
+
+def submit(todo: Sequence[Experiment], *, kind: str, folder: Path, slurm: SlurmOptions | None, run_kwargs: dict,
+           run: Callable) -> list[tuple[list[Experiment], submitit.Job]]:
+    """Submit the runs: one job array of ``runs_per_job``-run tasks (SLURM), or one debug job per run."""
+    size = (slurm or SlurmOptions()).runs_per_job if kind == "slurm" else 1
+    groups = [list(todo[i:i + size]) for i in range(0, len(todo), size)]
+    executor = make_executor(kind, folder, slurm)
+    with executor.batch():
+        jobs = [executor.submit(RunTask(group, run_kwargs, run)) for group in groups]
+    return list(zip(groups, jobs))
+
+
+def collect(submitted: Sequence[tuple[list[Experiment], submitit.Job]], results_dir,
+            on_outcome: Callable[[str, float, str | None], None], *, poll_s: float = 2.0) -> None:
+    """Wait for every job; report each run's outcome as its job ends (a job that died: each of its runs failed,
+    with the job's last error line)."""
+    waiting = list(submitted)
+    while waiting:
+        still = []
+        for group, job in waiting:
+            if not job.done():
+                still.append((group, job))
+                continue
+            try:
+                outcomes = job.result()
+            except Exception as err:  # the job died (killed, out of memory, cancelled): name why
+                reason = last_error_line(job) or f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                outcomes = [(str(exp.path(results_dir)), 0.0, f"job {job.job_id}: {reason}") for exp in group]
+            for outcome in outcomes:
+                on_outcome(*outcome)
+        waiting = still
+        if waiting:
+            time.sleep(poll_s)
+
+
+def last_error_line(job: submitit.Job) -> str:
+    """The last line of the job's stderr that names an error ("" when there is none)."""
+    try:
+        lines = [line for line in (job.stderr() or "").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    named = [line for line in lines if "Error" in line or "error" in line or "Killed" in line]
+    return (named or lines or [""])[-1].strip()[:300]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The manifest
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Manifest:
+    """What a sweep submitted, in ``<folder>/manifest.json``: the executor, its options, and per run its key,
+    result file, experiment fields, job id and log files. A convenience for ``status`` and ``resume``; a run's
+    result file stays the truth."""
+
+    path: Path
+    executor: str
+    results_dir: str
+    run_kwargs: dict
+    slurm: dict | None
+    entries: list[dict]
+
+    @classmethod
+    def new(cls, folder: Path, executor: str, results_dir, run_kwargs: dict, slurm: SlurmOptions | None,
+            todo: Iterable[Experiment]) -> "Manifest":
+        """The manifest of the runs ``todo`` (every run the sweep plans); in a folder that holds one already
+        (``resume``), each run keeps the job it had."""
+        path = Path(folder) / "manifest.json"
+        before = {e["key"]: e for e in cls.read(path).entries} if path.exists() else {}  # a resumed sweep
+        jobs = {k: {f: e[f] for f in ("job", "stdout", "stderr")} for k, e in before.items()}
+        entries = [{"key": exp.key(), "result": str(exp.path(results_dir)), "experiment": dataclasses.asdict(exp),
+                    **jobs.get(exp.key(), {"job": None, "stdout": None, "stderr": None})} for exp in todo]
+        return cls(path, executor, str(results_dir),
+                   {k: v for k, v in run_kwargs.items() if k != "results_dir"},
+                   None if slurm is None else dataclasses.asdict(slurm), entries)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "Manifest":
+        path = Path(path)
+        if path.is_dir():
+            path = path / "manifest.json"
+        try:
+            data = json.loads(path.read_text())
+            return cls(path=path, **{k: data[k] for k in ("executor", "results_dir", "run_kwargs", "slurm",
+                                                             "entries")})
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no sweep manifest at {path}: give the manifest.json a sweep printed") from None
+        except (ValueError, KeyError) as err:
+            raise ValueError(f"{path} is not a sweep manifest ({type(err).__name__}: {err})") from None
+
+    def record_jobs(self, submitted: Sequence[tuple[list[Experiment], submitit.Job]]) -> None:
+        by_key = {e["key"]: e for e in self.entries}
+        for group, job in submitted:
+            for exp in group:
+                by_key[exp.key()].update(job=str(job.job_id), stdout=str(job.paths.stdout),
+                                         stderr=str(job.paths.stderr))
+        self.write()
+
+    def write(self) -> None:
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "path"}
+        io.atomic_write_json(fields, self.path, indent=1)
+
+    def experiments(self) -> list[Experiment]:
+        return [Experiment(**e["experiment"]) for e in self.entries]
+
+    def states(self) -> list[dict]:
+        """Per run: its state (done, or the job's: pending, running, failed, ...) and, if it failed, why."""
+        rows = []
+        for entry in self.entries:
+            state, why = "done", ""
+            if not results.recorded(entry["result"]):
+                state, why = self._job_state(entry)
+            rows.append({"run": Path(entry["result"]).name, "job": entry["job"] or "", "state": state,
+                         "why": why, "log": entry["stderr"] or ""})
+        return rows
+
+    def _job_state(self, entry: dict) -> tuple[str, str]:
+        if self.executor != "slurm" or entry["job"] is None:
+            return "not done", _tail(entry["stderr"])
+        job = submitit.SlurmJob(folder=Path(entry["stderr"]).parent, job_id=entry["job"])
+        state = job.state.lower()
+        if state in ("pending", "running", "requeued", "completing", "unknown"):
+            return state, ""
+        return ("failed" if state != "completed" else "not done"), _tail(entry["stderr"])
+
+
+def _tail(path: str | None) -> str:
+    if not path or not Path(path).exists():
+        return ""
+    lines = [line for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+    named = [line for line in lines if "Error" in line or "Killed" in line]
+    return (named or lines or [""])[-1].strip()[:200]

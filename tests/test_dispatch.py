@@ -1,0 +1,126 @@
+"""The sweep's executors: local and debug in this process's machine; SLURM end to end through submitit's real SLURM
+code path, against stand-in sbatch / sacct / scancel / scontrol / srun scripts (tests/fake_slurm.py) that run the
+jobs here; a preemption by a real signal, a requeue, and a resume from the run's checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import submitit
+
+from dpbook import dispatch, results, sweep
+from dpbook.experiment import Experiment
+
+DIGITS = dict(study="dispatch", dataset="digits", model="digits_mlp", epsilon=4.0, delta=1e-5, epochs=1,
+              batch_size=128, lr=0.01)
+GRID = [Experiment(method=m, hyperparameters=h, seed=s, **DIGITS)
+        for m, h in (("dpsgd", {"C": 1.0}), ("autos", {})) for s in (0, 1)]  # two methods x two seeds
+
+
+def test_debug_executor_runs_in_this_process_and_writes_a_manifest(tmp_path):
+    bad = Experiment(method="dpsgd", hyperparameters={"C": -1.0}, **DIGITS)
+    summary = sweep.run_all(GRID[:2] + [bad], results_dir=tmp_path, executor="debug", progress=False)
+    assert summary["done"] == 2 and len(summary["failed"]) == 1 and "C (clipping threshold)" in summary["failed"][0][1]
+    manifest = dispatch.Manifest.read(summary["manifest"])
+    assert manifest.executor == "debug" and len(manifest.entries) == 3
+    assert [row["state"] for row in manifest.states()] == ["done", "done", "not done"]
+    assert all(entry["job"] for entry in manifest.entries)  # the debug jobs' ids and logs are recorded
+
+
+def test_local_manifest_resume_trains_only_what_is_missing(tmp_path, capsys):
+    summary = sweep.run_all(GRID[:2], results_dir=tmp_path, progress=False)
+    assert summary["done"] == 2 and Path(summary["manifest"]).is_file()
+    results.read_result(GRID[1].path(tmp_path))
+    GRID[1].path(tmp_path).unlink()  # as if that run had never finished
+    assert sweep.main(["status", summary["manifest"]]) == 1  # not everything is done
+    assert "not done" in capsys.readouterr().out
+    assert sweep.main(["resume", summary["manifest"]]) == 0
+    assert "planned 2: done 1, skipped 1" in capsys.readouterr().out
+    assert sweep.main(["status", summary["manifest"]]) == 0
+
+
+def test_slurm_options_from_a_file_and_flags(tmp_path):
+    config = tmp_path / "cluster.toml"
+    config.write_text('[slurm]\npartition = "gpu"\ngpus = 1\ntime_min = 600\nextra = {constraint = "a100"}\n')
+    options = dispatch.SlurmOptions.from_file(config, time_min=120, account=None)
+    assert (options.partition, options.gpus, options.time_min, options.account) == ("gpu", 1, 120, None)
+    assert options.parameters()["slurm_additional_parameters"] == {"constraint": "a100"}
+    config.write_text('partiton = "gpu"\n')
+    with pytest.raises(ValueError, match=r"unknown SLURM option\(s\) \['partiton'\] \(did you mean 'partition'\?\)"):
+        dispatch.SlurmOptions.from_file(config)
+    with pytest.raises(ValueError, match="runs_per_job"):
+        dispatch.SlurmOptions(runs_per_job=0)
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A stand-in SLURM on PATH; every job it started is cancelled at the end."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import fake_slurm
+
+    sys.path.pop(0)
+    monkeypatch.setenv("PATH", f"{fake_slurm.install(tmp_path / 'bin')}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
+    monkeypatch.setattr(fake_slurm, "STATE", tmp_path / "slurm")
+    monkeypatch.setattr(fake_slurm, "JOBS", tmp_path / "slurm" / "jobs")
+    monkeypatch.setattr(submitit.SlurmJob, "watcher", submitit.slurm.slurm.SlurmInfoWatcher(delay_s=1))
+    yield fake_slurm
+    for job in fake_slurm.all_jobs():
+        if job["state"] in fake_slurm.ACTIVE:
+            fake_slurm.scancel([job["key"]])
+
+
+def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, cluster):
+    """A 2 x 2 grid goes out as one job array; one task is preempted mid-training (the signal submitit asks SLURM
+    for), saves its checkpoint after the current step, is requeued, resumes there, and every result file lands."""
+    # the third run is long enough to be caught while it trains
+    long = [exp.replace(epochs=15, batch_size=32) if i == 2 else exp for i, exp in enumerate(GRID)]
+    options = dispatch.SlurmOptions(partition="fake", time_min=60, array_parallelism=4)
+    folder = tmp_path / "sweep"
+    todo = list(long)
+    run_kwargs = {"results_dir": str(tmp_path / "results"), "device": "cpu", "checkpoint_every": 10_000}
+    manifest = dispatch.Manifest.new(folder, "slurm", run_kwargs["results_dir"], run_kwargs, options, todo)
+    submitted = dispatch.submit(todo, kind="slurm", folder=folder, slurm=options, run_kwargs=run_kwargs,
+                                run=sweep.run_one)
+    manifest.record_jobs(submitted)
+    assert len({job.job_id.split("_")[0] for _, job in submitted}) == 1  # one array
+    script = next(folder.glob("*_submission.sh")).read_text()
+    assert "#SBATCH --array=0-3%4" in script and "#SBATCH --partition=fake" in script
+
+    victim_group, victim = submitted[2]
+    checkpoint = Path(run_kwargs["results_dir"]) / ".checkpoints" / "dispatch" / f"{victim_group[0].path().stem}.pt"
+    deadline = time.time() + 120
+    while time.time() < deadline and not checkpoint.exists():  # its first epoch is done: it is training
+        time.sleep(0.1)
+    victim._interrupt(timeout=False)  # scancel --signal SIGTERM, then USR2: what SLURM does before a preemption
+
+    outcomes = []
+    dispatch.collect(submitted, run_kwargs["results_dir"], lambda *o: outcomes.append(o), poll_s=0.5)
+    assert [error for _, _, error in outcomes] == [None] * 4
+    records = [results.read_result(exp.path(run_kwargs["results_dir"])) for exp in long]
+    assert [r["resumed"] for r in records] == [False, False, True, False]
+    assert cluster.resolve(victim.job_id)[0]["restarts"] == 1
+    states = dispatch.Manifest.read(manifest.path).states()
+    assert [row["state"] for row in states] == ["done"] * 4 and states[2]["job"] == victim.job_id
+    assert not checkpoint.exists()  # deleted once the result was written
+    assert "stopped at step" in victim.stderr()  # saved after its current step, not at an epoch's end
+
+
+def test_slurm_from_the_command_line_and_status(tmp_path, cluster, capsys):
+    config = tmp_path / "cluster.toml"
+    config.write_text('partition = "fake"\narray_parallelism = 2\nruns_per_job = 2\n')
+    code = sweep.main(["digits", "--executor", "slurm", "--slurm-config", str(config), "--time-min", "30",
+                       "--results-dir", str(tmp_path / "r"), "--methods", "dcsgd-e", "--epsilons", "8",
+                       "--seeds", "2", "--epochs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    manifest = next((tmp_path / "r" / ".sweeps").glob("*/manifest.json"))
+    data = json.loads(manifest.read_text())
+    assert data["executor"] == "slurm" and data["slurm"]["time_min"] == 30 and data["slurm"]["runs_per_job"] == 2
+    assert sweep.main(["status", str(manifest)]) == 0
+    assert "done" in capsys.readouterr().out
