@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -145,33 +146,55 @@ def make_executor(kind: str, folder: Path, slurm: SlurmOptions | None = None) ->
     return executor
 
 
+class NotebookTask(submitit.helpers.Checkpointable):
+    """One job's work in a notebook sweep: one papermill ``command`` writing ``out``; returns ``[(out, seconds,
+    error or None)]``, the error described by ``describe(out, stderr)``. A requeued task runs the notebook again,
+    whose training runs resume from their checkpoints."""
+
+    def __init__(self, command: Sequence[str], out: str, describe: Callable[[Path, str], str]):
+        self.command, self.out, self.describe = list(command), str(out), describe
+
+    def __call__(self) -> list[tuple[str, float, str | None]]:
+        started = time.perf_counter()
+        done = subprocess.run(self.command, capture_output=True, text=True)
+        error = None if done.returncode == 0 else self.describe(Path(self.out), done.stderr)
+        return [(self.out, time.perf_counter() - started, error)]
+
+
 def submit(todo: Sequence[Experiment], *, kind: str, folder: Path, slurm: SlurmOptions | None, run_kwargs: dict,
            run: Callable) -> list[tuple[list[Experiment], submitit.Job]]:
     """Submit the runs: one job array of ``runs_per_job``-run tasks (SLURM), or one debug job per run."""
     size = (slurm or SlurmOptions()).runs_per_job if kind == "slurm" else 1
     groups = [list(todo[i:i + size]) for i in range(0, len(todo), size)]
+    return list(zip(groups, submit_tasks([RunTask(g, run_kwargs, run) for g in groups], kind=kind, folder=folder,
+                                         slurm=slurm)))
+
+
+def submit_tasks(tasks: Sequence[Callable], *, kind: str, folder: Path,
+                 slurm: SlurmOptions | None) -> list[submitit.Job]:
+    """Submit callables as one job array (SLURM) or as debug jobs."""
     executor = make_executor(kind, folder, slurm)
     with executor.batch():
-        jobs = [executor.submit(RunTask(group, run_kwargs, run)) for group in groups]
-    return list(zip(groups, jobs))
+        return [executor.submit(task) for task in tasks]
 
 
-def collect(submitted: Sequence[tuple[list[Experiment], submitit.Job]], results_dir,
-            on_outcome: Callable[[str, float, str | None], None], *, poll_s: float = 2.0) -> None:
-    """Wait for every job; report each run's outcome as its job ends (a job that died: each of its runs failed,
-    with the job's last error line)."""
+def collect(submitted: Sequence[tuple[Sequence[str], submitit.Job]], on_outcome: Callable[..., None], *,
+            poll_s: float = 2.0) -> None:
+    """Wait for every job; report each outcome its task returns as the job ends. A job that died (killed, out of
+    memory, cancelled): each of its ``labels`` (a result path, an executed notebook) failed, with the job's last
+    error line."""
     waiting = list(submitted)
     while waiting:
         still = []
-        for group, job in waiting:
+        for labels, job in waiting:
             if not job.done():
-                still.append((group, job))
+                still.append((labels, job))
                 continue
             try:
                 outcomes = job.result()
-            except Exception as err:  # the job died (killed, out of memory, cancelled): name why
+            except Exception as err:  # the job died: name why
                 reason = last_error_line(job) or f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-                outcomes = [(str(exp.path(results_dir)), 0.0, f"job {job.job_id}: {reason}") for exp in group]
+                outcomes = [(label, 0.0, f"job {job.job_id}: {reason}") for label in labels]
             for outcome in outcomes:
                 on_outcome(*outcome)
         waiting = still

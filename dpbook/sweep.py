@@ -107,7 +107,8 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
                                     run=run_one)
         manifest.record_jobs(submitted)
         bar.write(f"{len(submitted)} {executor} job(s); manifest {manifest.path}")
-        dispatch.collect(submitted, results_dir, lambda *outcome: _collect([outcome], summary, bar))
+        labelled = [([str(exp.path(results_dir)) for exp in group], job) for group, job in submitted]
+        dispatch.collect(labelled, lambda *outcome: _collect([outcome], summary, bar))
     elif jobs <= 1:
         _init_worker(threads)
         outcomes = (run_one(exp, run_kwargs) for exp in todo)
@@ -236,13 +237,17 @@ def check_notebook_grid(notebook: Path, points: list[dict]) -> None:
 
 def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
                       output_dir: str | Path = "data/results/executed", jobs: int = 1,
-                      kernel: str = "python3", progress: bool | None = None) -> dict:
+                      kernel: str = "python3", progress: bool | None = None, executor: str = "local",
+                      slurm: dispatch.SlurmOptions | None = None) -> dict:
     """Execute ``notebook`` with papermill once per grid point (plus the ``fixed`` parameters).
 
     Each execution is a separate ``papermill`` process; the executed notebook is kept under ``output_dir``. The
     notebook itself skips runs whose result file exists (its runs go through
     :func:`dpbook.experiment.run_experiment`), so rerunning the same sweep only trains what is missing.
+    ``executor``: ``"local"`` runs ``jobs`` executions at once here; ``"debug"`` and ``"slurm"`` submit one job per
+    execution (SLURM: one job array, logs under ``<output_dir>/.sweeps/``).
     """
+    checks.one_of("executor", executor, dispatch.EXECUTORS)
     notebook = Path(notebook)
     points = grid_points(grid)
     check_notebook_grid(notebook, [{**fixed, **point} for point in points])
@@ -250,27 +255,32 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     output_dir.mkdir(parents=True, exist_ok=True)
     summary = {"planned": len(points), "done": 0, "failed": []}
 
-    def execute(point: dict) -> tuple[str, str | None]:
-        params = {**fixed, **point}
+    def command_of(point: dict) -> tuple[list[str], Path]:
         tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))
         out = output_dir / f"{notebook.stem}_{tag}.ipynb"
         command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar"]
-        for k, v in params.items():
+        for k, v in {**fixed, **point}.items():
             command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
+        return command, out
+
+    def execute(point: dict) -> tuple[str, float, str | None]:
+        command, out = command_of(point)
         sweep_pid = os.getpid()
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(),
                               preexec_fn=lambda: die_with_parent(sweep_pid))  # its kernel ends with it too
-        return str(out), None if done.returncode == 0 else failed_cell(out, done.stderr)
+        return str(out), 0.0, None if done.returncode == 0 else failed_cell(out, done.stderr)
 
     bar = tqdm(total=len(points), disable=None if progress is None else not progress, unit="notebook")
-    with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
-        for out, error in pool.map(execute, points):
-            if error is None:
-                summary["done"] += 1
-            else:
-                summary["failed"].append((out, error))
-                bar.write(f"FAILED {out}: {error}")
-            bar.update(1)
+    if executor == "local":
+        with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
+            _collect(pool.map(execute, points), summary, bar)
+    else:
+        tasks = [dispatch.NotebookTask(*command_of(point), failed_cell) for point in points]
+        folder = output_dir / ".sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        jobs_ = dispatch.submit_tasks(tasks, kind=executor, folder=folder, slurm=slurm)
+        bar.write(f"{len(jobs_)} {executor} job(s); logs under {folder}")
+        dispatch.collect([([task.out], job) for task, job in zip(tasks, jobs_)],
+                         lambda *outcome: _collect([outcome], summary, bar))
     bar.close()
     return summary
 
@@ -307,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     nb.add_argument("--set", action="append", default=[], help="name=value, the same for every run (repeatable)")
     nb.add_argument("--jobs", type=int, default=1)
     nb.add_argument("--output-dir", default="data/results/executed")
+    _executor_arguments(nb)
     args = parser.parse_args(argv)
     try:
         if args.command == "status":
@@ -398,7 +409,7 @@ def _run(args) -> list[dict]:
     else:
         summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
                                        parse_assignments(args.set, lists=False), output_dir=args.output_dir,
-                                       jobs=args.jobs)]
+                                       jobs=args.jobs, executor=args.executor, slurm=_slurm_options(args))]
     return summaries
 
 

@@ -100,7 +100,8 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
     victim._interrupt(timeout=False)  # scancel --signal SIGTERM, then USR2: what SLURM does before a preemption
 
     outcomes = []
-    dispatch.collect(submitted, run_kwargs["results_dir"], lambda *o: outcomes.append(o), poll_s=0.5)
+    labelled = [([str(exp.path(run_kwargs["results_dir"])) for exp in group], job) for group, job in submitted]
+    dispatch.collect(labelled, lambda *o: outcomes.append(o), poll_s=0.5)
     assert [error for _, _, error in outcomes] == [None] * 4
     records = [results.read_result(exp.path(run_kwargs["results_dir"])) for exp in long]
     assert [r["resumed"] for r in records] == [False, False, True, False]
@@ -124,3 +125,18 @@ def test_slurm_from_the_command_line_and_status(tmp_path, cluster, capsys):
     assert data["executor"] == "slurm" and data["slurm"]["time_min"] == 30 and data["slurm"]["runs_per_job"] == 2
     assert sweep.main(["status", str(manifest)]) == 0
     assert "done" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("executor", ["debug", "slurm"])
+def test_a_notebook_grid_through_submitit(tmp_path, cluster, capsys, executor):
+    """The other kind of sweep: one papermill execution per job (SLURM: one array), a failing point named."""
+    from .test_experiment import tiny_notebook
+
+    path = tiny_notebook(tmp_path / "tiny.ipynb", "if x == 2:\n    raise ValueError('x must not be two')")
+    code = sweep.main(["notebook", str(path), "--grid", "x=1,2", "--output-dir", str(tmp_path / "executed"),
+                       "--executor", executor])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1 and out[-2:] == [
+        "planned 2: done 1, failed 1",
+        f"  FAILED {tmp_path / 'executed' / 'tiny_x=2.ipynb'}: the cell 'if x == 2:' raised ValueError: x must "
+        "not be two"]
