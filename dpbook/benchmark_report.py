@@ -266,9 +266,8 @@ def histogram_noise(the_cells: Cells, epsilons: Sequence[float], batch_size: int
             c = the_cells.get(("dcsgd-p", e, protocol))
             if c and c["sigma"]:
                 sH = run_sigma_H(c["sigma"])
-                lines.append(f"{protocol:3} eps={e:g}: sigma = {c['sigma']:6.2f}, sigma_H = {sH:6.2f}; noise std per "
-                             f"bin {sH:6.2f} against {batch_size / bins:.1f} examples per bin on average; "
-                             f"accuracy {cell_text(c)}")
+                lines.append(f"{protocol:3} eps={e:g}: sigma {c['sigma']:5.2f}, sigma_H {sH:5.2f} per bin against "
+                             f"{batch_size / bins:.1f} examples; accuracy {cell_text(c)}")
     return lines
 
 

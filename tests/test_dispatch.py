@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -60,10 +59,8 @@ def test_slurm_options_from_a_file_and_flags(tmp_path):
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):
     """A stand-in SLURM on PATH; every job it started is cancelled at the end."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import fake_slurm
+    from . import fake_slurm
 
-    sys.path.pop(0)
     monkeypatch.setenv("PATH", f"{fake_slurm.install(tmp_path / 'bin')}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
     monkeypatch.setattr(fake_slurm, "STATE", tmp_path / "slurm")
