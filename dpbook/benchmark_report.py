@@ -245,6 +245,20 @@ def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence
     return results.markdown_table(rows, ["method"] + [f"eps={e:g}" for e in epsilons])
 
 
+def against(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str, *,
+            baseline: str = "dpsgd", z: float = 2.0) -> dict[str, list[tuple[str, float]]]:
+    """Which (method, epsilon) cells are above, below or within noise of the baseline's under one protocol
+    (complete cells only): ``{"above": [...], "below": [...], "within": [...]}``."""
+    out = {"above": [], "below": [], "within": []}
+    for m in (m for m in methods if m != baseline):
+        for e in epsilons:
+            va, vb = values(the_cells, m, e, protocol), values(the_cells, baseline, e, protocol)
+            if va is not None and vb is not None:
+                sign = results.difference(va, vb, z=z)["sign"]
+                out[{1: "above", -1: "below", 0: "within"}[sign]].append((m, e))
+    return out
+
+
 def identical_seeds(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> list[str]:
     """For each epsilon: in how many of the seeds the methods of ``group`` give exactly the same test accuracy under
     "none" (DP-SGD, Auto-S, PSAC and PSASC coincide under Adam when every example is clipped)."""
