@@ -239,8 +239,8 @@ class Manifest:
         jobs = {k: {f: e[f] for f in ("job", "stdout", "stderr")} for k, e in before.items()}
         entries = [{"key": exp.key(), "result": str(exp.path(results_dir)), "experiment": dataclasses.asdict(exp),
                     **jobs.get(exp.key(), {"job": None, "stdout": None, "stderr": None})} for exp in todo]
-        return cls(path, executor, str(results_dir),
-                   {k: v for k, v in run_kwargs.items() if k != "results_dir"},
+        kwargs = json.loads(json.dumps({k: v for k, v in run_kwargs.items() if k != "results_dir"}, default=str))
+        return cls(path, executor, str(results_dir), kwargs,  # paths and devices as text
                    None if slurm is None else dataclasses.asdict(slurm), entries)
 
     @classmethod

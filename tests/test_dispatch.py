@@ -137,3 +137,12 @@ def test_a_notebook_grid_through_submitit(tmp_path, cluster, capsys, executor):
         "planned 2: done 1, failed 1",
         f"  FAILED {tmp_path / 'executed' / 'tiny_x=2.ipynb'}: the cell 'if x == 2:' raised ValueError: x must "
         "not be two"]
+
+
+def test_a_manifest_holds_paths_and_devices_as_text(tmp_path):
+    import torch
+
+    summary = sweep.run_all(GRID[:1], results_dir=tmp_path, progress=False, data_root=tmp_path / "data",
+                            device=torch.device("cpu"))
+    manifest = dispatch.Manifest.read(summary["manifest"])
+    assert manifest.run_kwargs == {"data_root": str(tmp_path / "data"), "device": "cpu"}
