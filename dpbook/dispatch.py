@@ -204,12 +204,21 @@ def collect(submitted: Sequence[tuple[Sequence[str], submitit.Job]], on_outcome:
 
 def last_error_line(job: submitit.Job) -> str:
     """The last line of the job's stderr that names an error ("" when there is none)."""
-    try:
-        lines = [line for line in (job.stderr() or "").splitlines() if line.strip()]
-    except OSError:
+    return error_line(job.paths.stderr)
+
+
+def error_line(path: str | Path | None) -> str:
+    """The last line of a log that names an error (else its last line; "" for a missing or empty log)."""
+    if not path or not Path(path).exists():
         return ""
+    lines = [line for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
     named = [line for line in lines if "Error" in line or "error" in line or "Killed" in line]
     return (named or lines or [""])[-1].strip()[:300]
+
+
+def sweep_folder(root: str | Path) -> Path:
+    """Where a sweep started now keeps its manifest and job logs: ``<root>/.sweeps/<UTC time>``."""
+    return Path(root) / ".sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -285,17 +294,9 @@ class Manifest:
 
     def _job_state(self, entry: dict) -> tuple[str, str]:
         if self.executor != "slurm" or entry["job"] is None:
-            return "not done", _tail(entry["stderr"])
+            return "not done", error_line(entry["stderr"])
         job = submitit.SlurmJob(folder=Path(entry["stderr"]).parent, job_id=entry["job"])
         state = job.state.lower()
         if state in ("pending", "running", "requeued", "completing", "unknown"):
             return state, ""
-        return ("failed" if state != "completed" else "not done"), _tail(entry["stderr"])
-
-
-def _tail(path: str | None) -> str:
-    if not path or not Path(path).exists():
-        return ""
-    lines = [line for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
-    named = [line for line in lines if "Error" in line or "Killed" in line]
-    return (named or lines or [""])[-1].strip()[:200]
+        return ("failed" if state != "completed" else "not done"), error_line(entry["stderr"])

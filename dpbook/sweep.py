@@ -96,8 +96,7 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     summary = {"planned": len(unique), "skipped": len(unique) - len(todo), "done": 0, "failed": []}
     if not todo:
         return summary
-    folder = Path(sweep_dir) if sweep_dir is not None else Path(results_dir) / ".sweeps" / time.strftime(
-        "%Y%m%d-%H%M%S", time.gmtime())
+    folder = Path(sweep_dir) if sweep_dir is not None else dispatch.sweep_folder(results_dir)
     manifest = dispatch.Manifest.new(folder, executor, results_dir, run_kwargs, slurm, list(unique.values()))
     manifest.write()
     summary["manifest"] = str(manifest.path)
@@ -276,7 +275,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
             _collect(pool.map(execute, points), summary, bar)
     else:
         tasks = [dispatch.NotebookTask(*command_of(point), failed_cell) for point in points]
-        folder = output_dir / ".sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        folder = dispatch.sweep_folder(output_dir)
         jobs_ = dispatch.submit_tasks(tasks, kind=executor, folder=folder, slurm=slurm)
         bar.write(f"{len(jobs_)} {executor} job(s); logs under {folder}")
         dispatch.collect([([task.out], job) for task, job in zip(tasks, jobs_)],
