@@ -52,15 +52,15 @@ check: $(STAMP)
 	done
 
 bench: $(STAMP)
-	$(PY) -m dpbook.bench
+	$(PY) -m dpbook.repro.bench
 
 # The digits benchmark (every method, epsilon 1-8, 5 seeds, three tuning protocols): trains only what is missing.
 digits: $(STAMP)
-	$(PY) -m dpbook.sweep digits --jobs 2
+	$(PY) -m dpbook.repro.sweep digits --jobs 2
 
 # The MNIST-5k benchmark (the papers' MNIST CNN on 5,000 real MNIST digits, every method): trains only what is missing.
 mnist5k: $(STAMP)
-	$(PY) -m dpbook.sweep mnist5k --jobs 2
+	$(PY) -m dpbook.repro.sweep mnist5k --jobs 2
 
 clean-book:
 	rm -rf _build

@@ -478,7 +478,7 @@ class BertHead(nn.Module):
     the classifier, applied to the hidden states ``(n, L, h)`` that the frozen layers below give.
 
     Every step of a run computes the frozen layers' output first, the same for every engine; the benchmark
-    (``python -m dpbook.bench``) times this head on given hidden states, which is where the engines differ. Built
+    (``python -m dpbook.repro.bench``) times this head on given hidden states, which is where the engines differ. Built
     from a ``BertConfig`` with random weights (no download). Sequences without padding (no attention mask).
 
         >>> head = BertHead(tiny_bert_config())

@@ -1,4 +1,4 @@
-"""``python -m dpbook.bench`` at tiny sizes: every contender runs, the record resumes, the tables render. Timing
+"""``python -m dpbook.repro.bench`` at tiny sizes: every contender runs, the record resumes, the tables render. Timing
 itself belongs to the benchmark, never to a test: nothing here asserts a speed."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpbook import bench
+from dpbook.repro import bench
 
 TINY = ["--models", "mnist_cnn", "--batch-sizes", "8", "--repeats", "1", "--skip-memory", "--method-models"]
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "dpbook.bench", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "dpbook.repro.bench", *args], capture_output=True, text=True)
 
 
 def test_every_contender_runs_and_a_rerun_resumes(tmp_path):
@@ -68,7 +68,7 @@ README = RECORD.parents[4] / "README.md"
 def test_the_readme_tables_are_the_recorded_benchmark():
     record = json.loads(RECORD.read_text())
     block = README.read_text().split("<!-- bench:start -->")[1].split("<!-- bench:end -->")[0]
-    assert block.strip() == bench.tables(record), "rerun: python -m dpbook.bench --table " + str(RECORD)
+    assert block.strip() == bench.tables(record), "rerun: python -m dpbook.repro.bench --table " + str(RECORD)
 
 
 def test_the_recorded_benchmark_is_complete():

@@ -7,13 +7,13 @@ import functools
 
 import pytest
 
-from dpbook import digits_benchmark, mnist5k_benchmark
+from dpbook.repro import digits_benchmark, mnist5k_benchmark
 from dpbook.methods import METHODS
 
 #: name -> (module, the command that regenerates its results, the scale of the DC-SGD paper's grid sizes).
 BENCHMARKS = {
-    "digits": (digits_benchmark, "python -m dpbook.sweep digits --jobs 2", 0.4),
-    "mnist5k": (mnist5k_benchmark, "python -m dpbook.sweep mnist5k --jobs 2", 0.2),
+    "digits": (digits_benchmark, "python -m dpbook.repro.sweep digits --jobs 2", 0.4),
+    "mnist5k": (mnist5k_benchmark, "python -m dpbook.repro.sweep mnist5k --jobs 2", 0.2),
 }
 
 #: Registered methods the benchmarks leave out, each with its reason.

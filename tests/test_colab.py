@@ -1,5 +1,5 @@
-"""Every notebook opens the same way: its first code cell is dpbook.colab.SETUP_CELL (Colab set-up), and the cell
-after its parameters cell is dpbook.params.CHECK_CELL (the parameters, checked and converted)."""
+"""Every notebook opens the same way: its first code cell is dpbook.repro.colab.SETUP_CELL (Colab set-up), and the cell
+after its parameters cell is dpbook.repro.params.CHECK_CELL (the parameters, checked and converted)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpbook.colab import REPOSITORY, SETUP_CELL
-from dpbook.params import CHECK_CELL
+from dpbook.repro.colab import REPOSITORY, SETUP_CELL
+from dpbook.repro.params import CHECK_CELL
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -21,7 +21,7 @@ def test_first_code_cell_is_the_setup_cell(path):
     cells = json.loads(path.read_text())["cells"]
     first = next(c for c in cells if c["cell_type"] == "code")
     assert "".join(first["source"]) == SETUP_CELL, (
-        f"{path.name}: the first code cell must be dpbook.colab.SETUP_CELL; run tools/stamp_cells.py")
+        f"{path.name}: the first code cell must be dpbook.repro.colab.SETUP_CELL; run tools/stamp_cells.py")
     assert first["metadata"].get("tags") == ["remove-cell"], (
         f"{path.name}: the set-up cell is for Colab only and stays out of the rendered book (tag remove-cell); "
         "run tools/stamp_cells.py")
@@ -44,5 +44,5 @@ def test_the_parameter_check_follows_the_parameters_cell(path):
     (index,) = [i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", [])]
     check = cells[index + 1]
     assert "".join(check["source"]) == CHECK_CELL and check["metadata"].get("tags") == ["remove-cell"], (
-        f"{path.name}: the cell after the parameters cell must be dpbook.params.CHECK_CELL (tag remove-cell); "
+        f"{path.name}: the cell after the parameters cell must be dpbook.repro.params.CHECK_CELL (tag remove-cell); "
         "run tools/stamp_cells.py")

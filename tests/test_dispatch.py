@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import submitit
 
-from dpbook import dispatch, results, sweep
-from dpbook.experiment import Experiment
+from dpbook.repro import dispatch, results, sweep
+from dpbook.repro.experiment import Experiment
 
 DIGITS = dict(study="dispatch", dataset="digits", model="digits_mlp", epsilon=4.0, delta=1e-5, epochs=1,
               batch_size=128, lr=0.01)
@@ -99,7 +99,7 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
     outcomes = []
     labelled = [([str(exp.path(run_kwargs["results_dir"])) for exp in group], job) for group, job in submitted]
     dispatch.collect(labelled, lambda *o: outcomes.append(o), poll_s=0.5)
-    assert [error for _, _, error in outcomes] == [None] * 4
+    assert [error for _, _, error in outcomes] == [None] * 4, outcomes
     records = [results.read_result(exp.path(run_kwargs["results_dir"])) for exp in long]
     assert [r["resumed"] for r in records] == [False, False, True, False]
     assert cluster.resolve(victim.job_id)[0]["restarts"] == 1

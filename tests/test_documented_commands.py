@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbook.params import convert, infer_type, parameters_cell
+from dpbook.repro.params import convert, infer_type, parameters_cell
 
 from .test_notebooks import shell_text, smoke_parameters
 
@@ -34,9 +34,9 @@ SIZES = {"epochs"}
 
 #: Size options for entry points that are not notebooks (the documented options come first and still apply).
 SMALL = {
-    "dpbook.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
-    "dpbook.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "2", "--epochs", "1"],
-    "dpbook.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8", "--method-models"],
+    "dpbook.repro.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
+    "dpbook.repro.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "2", "--epochs", "1"],
+    "dpbook.repro.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8", "--method-models"],
     "dpbook.audit": ["--trials", "200"],
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
 }
@@ -64,7 +64,7 @@ def library_examples() -> list[tuple[str, str]]:
 
 def test_the_documents_show_commands():
     kinds = {c.split()[0].split("/")[-1] + (" " + c.split()[2] if " -m " in c else "") for _, c in documented_commands()}
-    assert {"papermill", "python dpbook.sweep", "python dpbook.bench"} <= kinds, kinds
+    assert {"papermill", "python dpbook.repro.sweep", "python dpbook.repro.bench"} <= kinds, kinds
     assert library_examples()
 
 
@@ -81,17 +81,17 @@ def small(command: str, tmp_path: Path) -> list[str]:
                 *(a for name, text in options.items() for a in ("-p", name, text))]
     module = words[words.index("-m") + 1]
     args = words[words.index("-m") + 2:]
-    if module == "dpbook.sweep" and args[0] == "notebook":
+    if module == "dpbook.repro.sweep" and args[0] == "notebook":
         given = {args[i + 1].split("=")[0] for i, a in enumerate(args) if a in ("--grid", "--set")}
         smoke = smoke_parameters(ROOT / args[1]) | ({"results_dir": str(tmp_path / "results")}
                                                      if "results_dir" in smoke_parameters(ROOT / args[1]) else {})
         extra = [a for name, value in smoke.items() if name not in given
                  for a in ("--set", f"{name}={shell_text(value)}")]
         return [sys.executable, "-m", module, *args, *extra, "--output-dir", str(tmp_path / "executed")]
-    key = f"{module} {args[0]}" if module == "dpbook.sweep" else module
+    key = f"{module} {args[0]}" if module == "dpbook.repro.sweep" else module
     if key not in SMALL:
         pytest.fail(f"no rule to run the documented command {command!r} at small sizes: add one to SMALL")
-    extra = (["--results-dir", str(tmp_path / "results")] if module == "dpbook.sweep" else
+    extra = (["--results-dir", str(tmp_path / "results")] if module == "dpbook.repro.sweep" else
              ["--output", str(tmp_path / "record.json")] if "--output" in args else [])  # never the recorded files
     return [sys.executable, "-m", module, *args, *SMALL[key], *extra]
 

@@ -8,9 +8,9 @@ import nbformat
 import pytest
 import torch
 
-from dpbook import experiment, reproduce, results, sweep
+from dpbook.repro import experiment, reproduce, results, sweep
 from dpbook.accounting import epsilon_of_history
-from dpbook.experiment import Experiment, check_spent, plan_of, run_experiment
+from dpbook.repro.experiment import Experiment, check_spent, plan_of, run_experiment
 from dpbook.methods import METHODS
 from dpbook.train import Trainer
 from dpbook.tuning import tuning_plan

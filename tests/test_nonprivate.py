@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 
-from dpbook import results
-from dpbook.experiment import Experiment, build_task_model, load_task_data, make_optimizer, plan_of, run_experiment
+from dpbook.repro import results
+from dpbook.repro.experiment import Experiment, build_task_model, load_task_data, make_optimizer, plan_of, run_experiment
 from dpbook.methods import DPSGD, METHODS
 from dpbook.methods.base import is_nonprivate
 from dpbook.optim import DPOptimizer
@@ -122,5 +122,5 @@ def test_committed_results_hold_no_nonprivate_statistic():
     examples = "; ".join(f"{path}: {keys}" for path, keys in list(offenders.items())[:3])
     assert not offenders, (f"{len(offenders)} committed result file(s) hold non-private statistics, e.g. {examples}; "
                            "regenerate them with the current code, which never records them (remove them first: "
-                           "runs whose file exists are skipped; `python -m dpbook.sweep digits --jobs 2` for the "
+                           "runs whose file exists are skipped; `python -m dpbook.repro.sweep digits --jobs 2` for the "
                            "digits benchmark)")

@@ -1,10 +1,10 @@
-"""Notebook parameters (dpbook.params): every form papermill, the sweep CLI and a notebook's defaults give."""
+"""Notebook parameters (dpbook.repro.params): every form papermill, the sweep CLI and a notebook's defaults give."""
 
 from __future__ import annotations
 
 import pytest
 
-from dpbook.params import (CHECK_CELL, check_known, clean_float, listing, mapping, notebook_parameters,
+from dpbook.repro.params import (CHECK_CELL, check_known, clean_float, listing, mapping, notebook_parameters,
                            per_dataset)
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpbook import results, sweep
+from dpbook.repro import results, sweep
 from dpbook.data import load_digits
-from dpbook.experiment import Experiment, run_experiment
+from dpbook.repro.experiment import Experiment, run_experiment
 from dpbook.io import atomic_write_json, remove_stale_temporaries
 from dpbook.methods import DPSGD
 from dpbook.models import digits_cnn
@@ -140,8 +140,8 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path):
 
 SWEEP = """
 import sys
-from dpbook import sweep
-from dpbook.experiment import Experiment
+from dpbook.repro import sweep
+from dpbook.repro.experiment import Experiment
 runs = [Experiment(study="kill", dataset="digits", model="digits_cnn", method="dpsgd", hyperparameters={"C": c},
                    epochs=200, batch_size=64, optimizer="sgd", lr=0.1) for c in (0.5, 1.0)]
 sweep.run_all(runs, jobs=2, results_dir=sys.argv[1], progress=False)

@@ -1,7 +1,7 @@
 """Write the two cells every notebook in notebooks/ shares (idempotent):
 
-- dpbook.colab.SETUP_CELL as the first code cell (Colab set-up), and
-- dpbook.params.CHECK_CELL right after the cell tagged ``parameters`` (papermill's injected cell goes between them),
+- dpbook.repro.colab.SETUP_CELL as the first code cell (Colab set-up), and
+- dpbook.repro.params.CHECK_CELL right after the cell tagged ``parameters`` (papermill's injected cell goes between them),
 
 both tagged ``remove-cell``: they matter on Colab and under papermill, not in the rendered book.
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import nbformat
 
-from dpbook.colab import SETUP_CELL
-from dpbook.params import CHECK_CELL
+from dpbook.repro.colab import SETUP_CELL
+from dpbook.repro.params import CHECK_CELL
 
 ROOT = Path(__file__).resolve().parents[1]
 TAGS = ["remove-cell"]

@@ -174,7 +174,7 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
 
 
 #: The runs of the book's one-run audit: DP-SGD and one adaptive method of each paper, at hyperparameters of the
-#: digits benchmark's grids (dpbook.digits_benchmark.GRIDS).
+#: digits benchmark's grids (dpbook.repro.digits_benchmark.GRIDS).
 BOOK_RUNS = {
     "dpsgd": dict(C=1.0),
     "dcsgd-e": {},

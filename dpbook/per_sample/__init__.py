@@ -1,6 +1,6 @@
 """Per-sample gradients, and per-sample norms with re-weighted sums, of a model's trainable parameters.
 
-Two engines (``python -m dpbook.bench`` compares them with Opacus's):
+Two engines (``python -m dpbook.repro.bench`` compares them with Opacus's):
 
 - :mod:`dpbook.per_sample.vmap`: every example's gradient vector, vectorised with ``torch.func``, at the current
   or at any other parameter values. Methods that project, difference or accumulate the vectors need it (DPDR,

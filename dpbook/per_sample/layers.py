@@ -192,7 +192,7 @@ GROUPED_WORK = 1_000_000
 """On a CPU, per-sample conv gradients of at least this many multiply-adds per example (L d C_out) are formed by
 the convolution's own weight gradient, :data:`GROUPED_EXAMPLES` examples per call; smaller ones by unfolding the
 input and one batched product, which wins when the per-call overhead dominates. Measured on the book's models
-(2026-11-25, 2-core CPU); ``python -m dpbook.bench`` times the whole step."""
+(2026-11-25, 2-core CPU); ``python -m dpbook.repro.bench`` times the whole step."""
 
 GROUPED_EXAMPLES = 16
 """Examples per weight-gradient call: m examples side by side in the channels of one input, a convolution with

@@ -2,7 +2,7 @@
 
 The engine's path for the methods that read the per-sample gradient *vectors* (DPDR, DIFF, DIFF2, DP-PSASC with
 momentum); the scaled sums need only norms and a re-weighted sum, which :mod:`dpbook.per_sample.book_keeping` gets
-at a fraction of the cost (``python -m dpbook.bench`` measures both, and Opacus's hooks). Why ``torch.func`` rather
+at a fraction of the cost (``python -m dpbook.repro.bench`` measures both, and Opacus's hooks). Why ``torch.func`` rather
 than Opacus's ``GradSampleModule`` hooks for the vectors: ``torch.func`` can evaluate per-sample gradients at *any*
 parameter values, which DP-PSASC with momentum and DIFF2 need (gradients at past iterates), for any layer, with no
 per-layer grad samplers. Models must not use BatchNorm (see :func:`dpbook.models.check_no_batchnorm`).

@@ -31,13 +31,13 @@ difference noise [F-25].
 
 One command regenerates every result file (it skips what exists, so it can run in parts)::
 
-    python -m dpbook.sweep mnist5k --jobs 2
+    python -m dpbook.repro.sweep mnist5k --jobs 2
 """
 
 from __future__ import annotations
 
-from dpbook.benchmark import Benchmark, product
-from dpbook.digits_benchmark import PAPER_G
+from dpbook.repro.benchmark import Benchmark, product
+from dpbook.repro.digits_benchmark import PAPER_G
 
 STUDY = "mnist5k"
 SETTING = dict(dataset="mnist5k", model="mnist_cnn", epochs=5, batch_size=256, optimizer="adam", lr=0.01,

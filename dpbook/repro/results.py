@@ -1,6 +1,6 @@
 """Result files and the papers' tables: what the book renders "paper vs reproduced" from.
 
-Every training run of a reproduction (:func:`dpbook.experiment.run_experiment`) writes one JSON file under
+Every training run of a reproduction (:func:`dpbook.repro.experiment.run_experiment`) writes one JSON file under
 ``data/results/<study>/<method>/`` (atomically: the old file or the complete new one, never half). A record
 holds the run's parameters, the plan that set its noise (sigma, what the run and the whole search are charged),
 per-epoch metrics, the final accuracy, the epsilon the run actually spent, wall time, device, library versions,
@@ -32,7 +32,7 @@ from dpbook.io import atomic_write_json
 from dpbook.methods.base import is_nonprivate
 
 #: The repository root (results and paper tables are found relative to it, whatever the working directory).
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
 PAPER_DIR = REPO_ROOT / "data" / "paper"
 SCHEMA_VERSION = 1

@@ -12,7 +12,7 @@ protocol that charges the search the run belongs to (``"none"``, ``"rdp"`` or ``
    :meth:`Method.from_plan <dpbook.methods.base.Method.from_plan>` (DPDR calibrates sigma_g for its history),
 4. trains with :class:`dpbook.train.Trainer` (checkpointed, so an interrupted run resumes where it stopped),
 5. checks with the accountant that the run spent no more than the plan charges it, and
-6. writes one result file atomically (:mod:`dpbook.results`), which later calls find and reuse. It holds only what
+6. writes one result file atomically (:mod:`dpbook.repro.results`), which later calls find and reuse. It holds only what
    the privacy guarantee covers (DESIGN.md, hygiene rule 8): test-set metrics, epsilon spent, released diagnostics
    and the public configuration. The run never asks for non-private diagnostics (the Trainer's opt-in stays off).
 
@@ -45,7 +45,8 @@ from typing import Any, Mapping
 
 import torch
 
-from dpbook import accounting, checks, data, io, models, params, results, text
+from dpbook import accounting, checks, data, io, models, text
+from dpbook.repro import params, results
 from dpbook.methods import METHODS
 from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
 from dpbook.train import StaleCheckpointError, Trainer
@@ -393,7 +394,7 @@ def _epoch_row(row: Mapping[str, Any]) -> dict:
     """The per-epoch metrics kept in a result file (floats rounded to 6 significant digits).
 
     ``row`` is a private row of the log (:class:`dpbook.train.TrainLog`): test-set metrics, epsilon spent and
-    released diagnostics; :func:`dpbook.results.write_result` refuses anything else.
+    released diagnostics; :func:`dpbook.repro.results.write_result` refuses anything else.
     """
     keep = ("epoch", "step", "test_loss", "test_accuracy", "epsilon")
     return {k: _round(row[k]) for k in keep if k in row} | {

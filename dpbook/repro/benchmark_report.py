@@ -1,11 +1,11 @@
 r"""What a benchmark chapter shows: its cells, tables, figures and verdicts on the papers' claims.
 
-The chapters of :data:`dpbook.digits_benchmark.BENCHMARK` and :data:`dpbook.mnist5k_benchmark.BENCHMARK` render
+The chapters of :data:`dpbook.repro.digits_benchmark.BENCHMARK` and :data:`dpbook.repro.mnist5k_benchmark.BENCHMARK` render
 their result files through these functions, so that both read their numbers, test the papers' claims and draw
 their figures the same way.
 
 A claim is tested with one rule (:func:`verdict`): the difference of two cells' means counts only when it exceeds
-``z`` Welch standard errors (:func:`dpbook.results.difference`).
+``z`` Welch standard errors (:func:`dpbook.repro.results.difference`).
 
 >>> claim = Claim("DP-PSASC Table III", "PSASC beats PSAC", "psasc", "psac", "higher", "none", "psasc_table3")
 >>> {e: round(a - b, 2) for e, (a, b) in claim.paper_values().items()}
@@ -20,11 +20,11 @@ from typing import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from dpbook import results
-from dpbook.benchmark import PROTOCOLS, Benchmark
-from dpbook.experiment import Experiment, plan_of
+from dpbook.repro import results
+from dpbook.repro.benchmark import PROTOCOLS, Benchmark
+from dpbook.repro.experiment import Experiment, plan_of
 from dpbook.methods.dcsgd import run_sigma_H
-from dpbook.plotting import legend_below, method_colour
+from dpbook.repro.plotting import legend_below, method_colour
 
 Cells = Mapping[tuple[str, float, str], dict]
 
@@ -38,7 +38,7 @@ WORDS = {
 
 def cells(benchmark: Benchmark, results_dir=results.RESULTS_DIR, *, methods: Sequence[str] | None = None,
           epsilons: Sequence[float] | None = None, seeds: int | None = None, epochs: int | None = None) -> dict:
-    """Every cell ``(method, epsilon, protocol) -> cell`` (see :func:`dpbook.reproduce.cell`)."""
+    """Every cell ``(method, epsilon, protocol) -> cell`` (see :func:`dpbook.repro.reproduce.cell`)."""
     return {(m, e, p): benchmark.cell(m, e, p, results_dir, seeds=seeds, epochs=epochs)
             for m in (methods or benchmark.methods) for e in (epsilons or benchmark.epsilons) for p in PROTOCOLS}
 

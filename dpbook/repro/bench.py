@@ -1,4 +1,4 @@
-"""The cost of one private step, measured side by side in one run: ``python -m dpbook.bench``.
+"""The cost of one private step, measured side by side in one run: ``python -m dpbook.repro.bench``.
 
 1. **Engines.** For each model and logical batch B, one DP-SGD step (forward, backward, clip, noise, optimizer
    step) by five contenders: the non-private step, dpbook's Book-Keeping path, dpbook's vmap path, Opacus's hooks
@@ -202,7 +202,7 @@ def peak_memory(name: str, B: int, contender: str, threads: int, device) -> floa
     # glibc returns every block of 64 KiB or more to the system when it is freed: resident memory then follows the
     # tensors alive (its default moves the threshold up after frees, and a later step reuses memory unseen)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
-    out = subprocess.run([sys.executable, "-m", "dpbook.bench", "--memory-child", name, str(B), contender,
+    out = subprocess.run([sys.executable, "-m", "dpbook.repro.bench", "--memory-child", name, str(B), contender,
                           "--threads", str(threads), "--device", str(device)], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"the memory child of {name} B={B} {contender} failed:\n{out.stderr[-2000:]}")
@@ -269,7 +269,7 @@ def tables(record: dict) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m dpbook.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dpbook.repro.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="instead of each model's (64, 256[, 1024])")
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
@@ -298,7 +298,7 @@ def main(argv=None) -> None:
 
 
 def run(args, parser, device) -> None:
-    from dpbook.results import provenance
+    from dpbook.repro.results import provenance
 
     parameters = {k: getattr(args, k) for k in ("models", "batch_sizes", "contenders", "repeats", "method_models",
                                                 "threads", "skip_memory")}
@@ -306,7 +306,7 @@ def run(args, parser, device) -> None:
                                                      parser=parser)
     record = {"study": "bench", "parameters": parameters, "provenance": provenance(device), "cells": cells,
               "methods": []}
-    print(f"dpbook.bench: torch {torch.__version__}, {device}, {args.threads} thread(s)")
+    print(f"dpbook.repro.bench: torch {torch.__version__}, {device}, {args.threads} thread(s)")
     done = {(c["model"], c["B"]) for c in cells}
     for name in args.models:
         for B in args.batch_sizes or SETTINGS[name].batch_sizes:

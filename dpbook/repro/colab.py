@@ -6,7 +6,7 @@ with it), installs it in editable mode with the ``text`` extra, and works from t
 own torch: dpbook's requirements are lower bounds (``pyproject.toml``), which Colab's torch already meets.
 Elsewhere (a local clone, the test suite, the book build) the cell changes nothing. It ends by printing
 :func:`runtime_summary`, which says whether a GPU is there and, if not, how to get one, and by recording the cells
-the notebook runs (:func:`dpbook.params.record_cells`) for the parameter check that follows the parameters cell.
+the notebook runs (:func:`dpbook.repro.params.record_cells`) for the parameter check that follows the parameters cell.
 
 To open a notebook on Colab: the rocket icon of a book page ("Colab"), or
 ``https://colab.research.google.com/github/<owner>/<repo>/blob/main/notebooks/<name>.ipynb``.
@@ -31,8 +31,8 @@ if "google.colab" in sys.modules:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/dpbook[text]"], check=True)
     os.chdir("/content/dpbook/notebooks")
     sys.path.insert(0, "/content/dpbook")
-from dpbook.colab import runtime_summary
-from dpbook.params import record_cells
+from dpbook.repro.colab import runtime_summary
+from dpbook.repro.params import record_cells
 
 print(runtime_summary())
 record_cells()  # what the parameter check, right after the parameters cell, reads the parameters from"""

@@ -1,12 +1,12 @@
 r"""A real-data benchmark: every method, several budgets, the three tuning protocols, n seeds per cell.
 
 A :class:`Benchmark` is a setting (dataset, model, epochs, expected batch size, optimizer, learning rate, delta),
-budgets, a grid per method and a number of seeds. Its cells are filled as :mod:`dpbook.reproduce` describes,
+budgets, a grid per method and a number of seeds. Its cells are filled as :mod:`dpbook.repro.reproduce` describes,
 under DC-SGD's three protocols: ``"none"`` (free tuning: the best grid point re-trained with n seeds, as Tables
 IV-V), ``"rdp"`` and ``"lt"`` (the search charged to the budget by RDP composition or by Liu-Talwar random
 stopping, n independent searches, as Tables III and II). Two benchmarks are defined:
-:data:`dpbook.digits_benchmark.BENCHMARK` and :data:`dpbook.mnist5k_benchmark.BENCHMARK`; ``python -m
-dpbook.sweep digits`` and ``python -m dpbook.sweep mnist5k`` run them.
+:data:`dpbook.repro.digits_benchmark.BENCHMARK` and :data:`dpbook.repro.mnist5k_benchmark.BENCHMARK`; ``python -m
+dpbook.repro.sweep digits`` and ``python -m dpbook.repro.sweep mnist5k`` run them.
 
 >>> tiny = Benchmark(study="doctest", setting=dict(dataset="digits", model="digits_mlp", epochs=1, batch_size=128),
 ...                  epsilons=(4.0,), grids={"dpsgd": product(C=(0.5, 1.0))}, paper_G={"dpsgd": 10})
@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from dpbook import reproduce, results
-from dpbook.experiment import Experiment, load_task_data
-from dpbook.params import check_known
-from dpbook.sweep import run_all
+from dpbook.repro import reproduce, results
+from dpbook.repro.experiment import Experiment, load_task_data
+from dpbook.repro.params import check_known
+from dpbook.repro.sweep import run_all
 
 PROTOCOLS = ("none", "rdp", "lt")
 
@@ -43,7 +43,7 @@ def product(**axes) -> list[dict]:
 class Benchmark:
     """The setting, budgets, grids and seeds of one benchmark; its cells, runs and sweep.
 
-    ``setting`` holds the :class:`dpbook.experiment.Experiment` fields every run shares (without ``study``);
+    ``setting`` holds the :class:`dpbook.repro.experiment.Experiment` fields every run shares (without ``study``);
     ``paper_G`` the DC-SGD paper's grid sizes (Adam) that ``grids`` scale down.
     """
 
@@ -63,13 +63,13 @@ class Benchmark:
         return PROTOCOLS
 
     def base(self, method: str, epsilon: float, protocol: str, *, epochs: int | None = None) -> Experiment:
-        """The cell's experiment (seed and grid point are filled in by :mod:`dpbook.reproduce`)."""
+        """The cell's experiment (seed and grid point are filled in by :mod:`dpbook.repro.reproduce`)."""
         setting = dict(self.setting) | ({} if epochs is None else {"epochs": epochs})
         return Experiment(study=self.study, method=method, epsilon=epsilon, protocol=protocol, **setting)
 
     def cell(self, method: str, epsilon: float, protocol: str, results_dir=results.RESULTS_DIR, *,
              seeds: int | None = None, epochs: int | None = None) -> dict:
-        """One cell of the benchmark table (see :func:`dpbook.reproduce.cell`)."""
+        """One cell of the benchmark table (see :func:`dpbook.repro.reproduce.cell`)."""
         return reproduce.cell(self.base(method, epsilon, protocol, epochs=epochs), self.grids[method],
                               seeds or self.seeds, results_dir)
 
@@ -85,7 +85,7 @@ class Benchmark:
         """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries.
 
         ``seeds`` and ``epochs`` other than the defaults make a smaller benchmark (a notebook's smoke test);
-        ``executor`` and ``slurm`` say where the runs execute (:func:`dpbook.sweep.run_all`).
+        ``executor`` and ``slurm`` say where the runs execute (:func:`dpbook.repro.sweep.run_all`).
         """
         methods = list(methods or self.methods)
         check_known("method(s)", methods, self.methods)

@@ -2,12 +2,12 @@
 
 Two kinds of sweep share this module:
 
-- **in-process runs** of :class:`dpbook.experiment.Experiment` (:func:`run_all`), used by the benchmarks
-  (``python -m dpbook.sweep digits --jobs 2``, ``python -m dpbook.sweep mnist5k --jobs 2``);
+- **in-process runs** of :class:`dpbook.repro.experiment.Experiment` (:func:`run_all`), used by the benchmarks
+  (``python -m dpbook.repro.sweep digits --jobs 2``, ``python -m dpbook.repro.sweep mnist5k --jobs 2``);
 - **papermill executions** of a reproduction notebook over a grid of parameters (:func:`run_notebook_grid`), e.g.
   every method x epsilon x seed of one table on a GPU::
 
-      python -m dpbook.sweep notebook notebooks/reproduce_dcsgd.ipynb \\
+      python -m dpbook.repro.sweep notebook notebooks/reproduce_dcsgd.ipynb \\
           --grid "methods=['dpsgd'],['dcsgd-p'],['dcsgd-e']" --grid "epsilons=[2.0],[4.0],[8.0]" \\
           --set mode=run --set table=IV --set "datasets=['mnist']" --jobs 1
 
@@ -39,8 +39,9 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.std import tqdm
 
-from dpbook import checks, dispatch, io, params, results, train
-from dpbook.experiment import Experiment, run_experiment
+from dpbook import checks, io, train
+from dpbook.repro import dispatch, params, results
+from dpbook.repro.experiment import Experiment, run_experiment
 
 
 def _init_worker(threads: int, parent: int | None = None) -> None:
@@ -83,10 +84,10 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
             sweep_dir: str | Path | None = None, **run_kwargs) -> dict:
     """Run every experiment whose result file does not exist yet; return counts, the failures and the manifest.
 
-    ``executor`` (:data:`dpbook.dispatch.EXECUTORS`): ``"local"`` runs ``jobs`` processes at once, each with
+    ``executor`` (:data:`dpbook.repro.dispatch.EXECUTORS`): ``"local"`` runs ``jobs`` processes at once, each with
     ``threads`` torch threads; ``"debug"`` runs in this process; ``"slurm"`` submits one job array with the
     ``slurm`` options. The manifest goes to ``sweep_dir`` (default ``<results_dir>/.sweeps/<UTC time>``).
-    ``run_kwargs`` go to :func:`dpbook.experiment.run_experiment` (``results_dir``, ``device``, ``data_root``, ...).
+    ``run_kwargs`` go to :func:`dpbook.repro.experiment.run_experiment` (``results_dir``, ``device``, ``data_root``, ...).
     """
     checks.one_of("executor", executor, dispatch.EXECUTORS)
     results_dir = run_kwargs.get("results_dir", results.RESULTS_DIR)
@@ -242,7 +243,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
 
     Each execution is a separate ``papermill`` process; the executed notebook is kept under ``output_dir``. The
     notebook itself skips runs whose result file exists (its runs go through
-    :func:`dpbook.experiment.run_experiment`), so rerunning the same sweep only trains what is missing.
+    :func:`dpbook.repro.experiment.run_experiment`), so rerunning the same sweep only trains what is missing.
     ``executor``: ``"local"`` runs ``jobs`` executions at once here; ``"debug"`` and ``"slurm"`` submit one job per
     execution (SLURM: one job array, logs under ``<output_dir>/.sweeps/``).
     """
@@ -288,12 +289,12 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
 # Command line
 # ----------------------------------------------------------------------------------------------------------------
 
-#: The benchmarks ``python -m dpbook.sweep NAME`` runs: name -> the module defining its ``BENCHMARK``.
-BENCHMARKS = {"digits": "dpbook.digits_benchmark", "mnist5k": "dpbook.mnist5k_benchmark"}
+#: The benchmarks ``python -m dpbook.repro.sweep NAME`` runs: name -> the module defining its ``BENCHMARK``.
+BENCHMARKS = {"digits": "dpbook.repro.digits_benchmark", "mnist5k": "dpbook.repro.mnist5k_benchmark"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dpbook.sweep", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dpbook.repro.sweep", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module in BENCHMARKS.items():
         bench = sub.add_parser(name, help=f"the {name} benchmark of every method ({module})")
@@ -323,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return print_status(dispatch.Manifest.read(args.manifest))
         summaries = _run(args)
     except (ValueError, FileNotFoundError) as err:  # a grid, a name, a value or a file refused before anything ran
-        print(f"python -m dpbook.sweep: {err}", file=sys.stderr)
+        print(f"python -m dpbook.repro.sweep: {err}", file=sys.stderr)
         return 2
 
     for line in summary_lines(summaries):
@@ -357,7 +358,7 @@ _SLURM_FLAGS = {  # flag -> (type, help); each overrides the same key of --slurm
 def _executor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=dispatch.EXECUTORS, default="local",
                         help="local: a process pool here (default); debug: in this process; slurm: a job array")
-    parser.add_argument("--slurm-config", default=None, help="a TOML file of SLURM options (dpbook.dispatch)")
+    parser.add_argument("--slurm-config", default=None, help="a TOML file of SLURM options (dpbook.repro.dispatch)")
     for flag, (kind, text) in _SLURM_FLAGS.items():
         parser.add_argument(f"--{flag}", type=kind, default=None, help=f"{text} (--executor slurm)")
 

@@ -1,6 +1,6 @@
 r"""Where a sweep's runs execute: this machine's process pool, in-process for debugging, or SLURM through submitit.
 
-Three executors (:data:`EXECUTORS`), one call (:func:`dpbook.sweep.run_all`):
+Three executors (:data:`EXECUTORS`), one call (:func:`dpbook.repro.sweep.run_all`):
 
 ``"local"`` (the default)
     A pool of ``jobs`` processes on this machine, with a progress bar.
@@ -15,8 +15,8 @@ Three executors (:data:`EXECUTORS`), one call (:func:`dpbook.sweep.run_all`):
     requeued by submitit, and resumes from that checkpoint.
 
 Every sweep writes a manifest (:class:`Manifest`) under ``<results_dir>/.sweeps/``: each run's key, its result file,
-its job id and log files. ``python -m dpbook.sweep status MANIFEST`` prints what is pending, running, done or
-failed (with the failing line), and ``python -m dpbook.sweep resume MANIFEST`` submits again only what is not done.
+its job id and log files. ``python -m dpbook.repro.sweep status MANIFEST`` prints what is pending, running, done or
+failed (with the failing line), and ``python -m dpbook.repro.sweep resume MANIFEST`` submits again only what is not done.
 A run's result file is the truth: a finished run is skipped whatever the manifest says.
 
 Ray is not needed here: the runs are independent batch jobs that each write their own file, which is what SLURM
@@ -37,8 +37,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import submitit
 
-from dpbook import checks, io, results, train
-from dpbook.experiment import Experiment
+from dpbook import checks, io, train
+from dpbook.repro import results
+from dpbook.repro.experiment import Experiment
 
 EXECUTORS = ("local", "debug", "slurm")
 
@@ -112,7 +113,7 @@ class SlurmOptions:
 
 class RunTask(submitit.helpers.Checkpointable):
     """One job's work: train ``experiments`` in turn (each skipped when recorded, resumed from its checkpoint when
-    one exists), with ``run`` (:func:`dpbook.sweep.run_one`). Returns ``[(result path, seconds, error or None)]``.
+    one exists), with ``run`` (:func:`dpbook.repro.sweep.run_one`). Returns ``[(result path, seconds, error or None)]``.
 
     When submitit's preemption or time-limit signal arrives, the training run stops after its current step with a
     checkpoint, and submitit's own handler then requeues the job with this same task (``checkpoint`` is

@@ -5,7 +5,7 @@ The evidence this book can produce without a GPU. Setting (:data:`SETTING`): sci
 10 epochs at expected batch size B = 128 (q = 0.089, T = 110 steps), delta = 1e-5, RDP accountant, Adam at
 learning rate 0.01 for every method (the DC-SGD paper's Adam protocol: eta is not tuned).
 
-Every cell is filled as :mod:`dpbook.benchmark` describes, under DC-SGD's three protocols: ``"none"`` (free
+Every cell is filled as :mod:`dpbook.repro.benchmark` describes, under DC-SGD's three protocols: ``"none"`` (free
 tuning, the best grid point re-trained with 5 seeds, as Tables IV-V), ``"rdp"`` and ``"lt"`` (the search charged to
 the budget by RDP composition or Liu-Talwar random stopping, 5 independent searches, as Tables III and II).
 Selection uses the test accuracy, as the papers do ("the test set is treated as public"); with 360 test examples
@@ -20,12 +20,12 @@ its difference steps (equal, or half: :meth:`dpbook.methods.diff.DIFF2.from_plan
 
 One command regenerates every result file (about 5,500 runs of a third of a second each, DIFF2 twice that)::
 
-    python -m dpbook.sweep digits --jobs 2
+    python -m dpbook.repro.sweep digits --jobs 2
 """
 
 from __future__ import annotations
 
-from dpbook.benchmark import Benchmark, product
+from dpbook.repro.benchmark import Benchmark, product
 
 STUDY = "digits-benchmark"
 SETTING = dict(dataset="digits", model="digits_mlp", epochs=10, batch_size=128, optimizer="adam", lr=0.01,

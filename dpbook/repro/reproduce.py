@@ -11,8 +11,8 @@ filled depends on the protocol (DC-SGD's three, :mod:`dpbook.tuning`):
     run's test accuracy; the cell is the mean ± std over n independent searches with base seeds
     0, 100000, 200000, ... (their run seeds never overlap).
 
-All runs are :class:`dpbook.experiment.Experiment` s, so they are found on disk, skipped when done, and run by a
-sweep (:mod:`dpbook.sweep`). A cell whose budget the protocol cannot reach (LT at epsilon = 1), or whose method
+All runs are :class:`dpbook.repro.experiment.Experiment` s, so they are found on disk, skipped when done, and run by a
+sweep (:mod:`dpbook.repro.sweep`). A cell whose budget the protocol cannot reach (LT at epsilon = 1), or whose method
 cannot run at that noise (Andrew et al. need 2 sigma_b > sigma), is reported with the reason.
 
 >>> base = Experiment(study="doctest", dataset="digits", model="digits_mlp", method="dpsgd", epsilon=4.0,
@@ -30,10 +30,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from dpbook import data, results
-from dpbook.experiment import TASKS, Experiment, load_task_data, plan_of
+from dpbook import data
+from dpbook.repro import results
+from dpbook.repro.experiment import TASKS, Experiment, load_task_data, plan_of
 from dpbook.methods import METHODS
-from dpbook.sweep import run_all
+from dpbook.repro.sweep import run_all
 from dpbook.tuning import TuningPlan, search_schedule
 
 REP_SEED = 100_000  # base seed of search r is r * REP_SEED
@@ -254,7 +255,7 @@ def train_until_done(wanted: Callable[[], Iterable[Experiment]], results_dir=res
 
     A finished round can unlock more runs (the re-runs of a completed grid, a cell that waits for another's best
     point), so ``wanted`` is called again after every round; a run that failed is not retried. ``run_kwargs`` go
-    to :func:`dpbook.sweep.run_all` (``jobs``, ``device``, ``data_root``, ``download``, ...). Prints one line per
+    to :func:`dpbook.repro.sweep.run_all` (``jobs``, ``device``, ``data_root``, ``download``, ...). Prints one line per
     round and the failures grouped by error; returns ``{"rounds": n, "failed": {path: error}}``.
     """
     failed, rounds = {}, 0

@@ -1,7 +1,7 @@
 """Notebook parameters as papermill and the sweep CLI give them, checked and converted the same way by every chapter.
 
 ``papermill -p seeds "[0, 1]"`` passes a string, ``-p methods dpsgd`` a single value, ``-y``/``-f params.yaml`` real
-lists and dicts, and ``python -m dpbook.sweep notebook ... --grid datasets=mnist,svhn`` one value per execution.
+lists and dicts, and ``python -m dpbook.repro.sweep notebook ... --grid datasets=mnist,svhn`` one value per execution.
 :func:`notebook_parameters`, called by every notebook in the cell right after its ``parameters`` cell
 (:data:`CHECK_CELL`), turns each of them into the type of the parameter's default (or of its annotation, e.g.
 ``datasets: list[str] | None = None``), refuses a value of the wrong type with the parameter's name, and stops a
@@ -31,7 +31,7 @@ from dpbook.checks import did_you_mean
 CHECK_CELL = (
     "# The parameters, checked: papermill's -p text becomes each default's type (or the annotation's),\n"
     "# and a misspelt name stops the run here.\n"
-    "from dpbook.params import notebook_parameters\n"
+    "from dpbook.repro.params import notebook_parameters\n"
     "\n"
     "notebook_parameters(globals());"
 )
@@ -130,7 +130,7 @@ _CELLS: list[str] = []  # the sources of the cells this kernel ran since record_
 def record_cells() -> None:
     """Record the source of every cell the notebook runs from now on (IPython's ``pre_run_cell`` event), so that
     :func:`notebook_parameters` can read the parameters cell. IPython's own history ``In`` is not enough: nbval
-    runs cells without history. Every notebook's set-up cell (:data:`dpbook.colab.SETUP_CELL`) calls it; outside
+    runs cells without history. Every notebook's set-up cell (:data:`dpbook.repro.colab.SETUP_CELL`) calls it; outside
     IPython it does nothing.
     """
     from IPython import get_ipython
@@ -170,7 +170,7 @@ def notebook_parameters(namespace: dict, cells: list[str] | None = None) -> dict
     """
     history = cells if cells is not None else _CELLS or namespace.get("In")
     if not isinstance(history, list) or len(history) < 2:
-        raise RuntimeError("notebook_parameters reads the cells the notebook ran (dpbook.params.record_cells, "
+        raise RuntimeError("notebook_parameters reads the cells the notebook ran (dpbook.repro.params.record_cells, "
                            "called by the notebook's first cell): run the notebook's cells in order")
     earlier = [cell for cell in history[:-1] if cell.strip()]
     injected = earlier.pop() if earlier and earlier[-1].lstrip().startswith("# Parameters") else None

@@ -1,0 +1,81 @@
+"""The package's layers, read from its source: dpbook's import graph has no cycle, and the core (engine, methods,
+accounting, theory, audit) never imports the reproduction layer dpbook.repro (experiments, sweeps, results,
+benchmarks, notebook helpers).
+
+Every import counts, at module level or inside a function: a deferred import is still a dependency.
+"""
+
+import ast
+import graphlib
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dpbook"
+REPRO = "dpbook.repro"
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(tree: ast.AST, known: set[str]) -> set[str]:
+    """The modules of `known` that a parsed file imports: `from a.b import c` is a.b.c when that is a module."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module
+                     for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in known)
+    return found
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    files = {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+    return {name: imported_modules(ast.parse(path.read_text()), set(files)) - {name} for name, path in files.items()}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as err:
+        return err.args[1]
+    return None
+
+
+def is_repro(name: str) -> bool:
+    return name == REPRO or name.startswith(REPRO + ".")
+
+
+GRAPH = import_graph()
+
+
+def test_the_graph_is_read_from_the_package():
+    assert {"dpbook.optim", "dpbook.methods.dcsgd", "dpbook.repro.sweep", "dpbook.audit.one_step"} <= set(GRAPH)
+    assert "dpbook.repro.dispatch" in GRAPH["dpbook.repro.sweep"]  # `from dpbook.repro import ... dispatch`
+    assert "dpbook.methods.base" in GRAPH["dpbook.optim"]          # `from dpbook.methods.base import ...`
+
+
+def test_the_import_graph_has_no_cycle():
+    assert cycle(GRAPH) is None, f"import cycle: {' -> '.join(cycle(GRAPH))}"
+
+
+def test_the_core_never_imports_the_reproduction_layer():
+    leaks = {name: sorted(filter(is_repro, deps)) for name, deps in GRAPH.items() if not is_repro(name)}
+    assert {name: deps for name, deps in leaks.items() if deps} == {}
+
+
+def test_the_checker_finds_a_cycle_and_a_deferred_import(tmp_path):
+    package = tmp_path / "dpbook"
+    (package / "repro").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "repro" / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from dpbook.repro import b\n")
+    (package / "repro" / "b.py").write_text("import dpbook.a\n")
+    graph = import_graph(package)
+    assert graph["dpbook.a"] == {"dpbook.repro.b"} and graph["dpbook.repro.b"] == {"dpbook.a"}
+    assert set(cycle(graph)) == {"dpbook.a", "dpbook.repro.b"}
+    assert any(is_repro(dep) for dep in graph["dpbook.a"])  # the core module a leaks into the repro layer
