@@ -84,7 +84,7 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
     manifest = dispatch.Manifest.new(folder, "slurm", run_kwargs["results_dir"], run_kwargs, options, todo)
     submitted = dispatch.submit(todo, kind="slurm", folder=folder, slurm=options, run_kwargs=run_kwargs,
                                 run=sweep.run_one)
-    manifest.record_jobs(submitted)
+    manifest.record_jobs([([exp.key() for exp in group], job) for group, job in submitted])
     assert len({job.job_id.split("_")[0] for _, job in submitted}) == 1  # one array
     script = next(folder.glob("*_submission.sh")).read_text()
     assert "#SBATCH --array=0-3%4" in script and "#SBATCH --partition=fake" in script
@@ -137,6 +137,14 @@ def test_a_notebook_grid_through_submitit(tmp_path, cluster, capsys, executor):
         "planned 2: done 1, failed 1",
         f"  FAILED {tmp_path / 'executed' / 'tiny_x=2.ipynb'}: the cell 'if x == 2:' raised ValueError: x must "
         "not be two"]
+    manifest = next((tmp_path / "executed" / ".sweeps").glob("*/manifest.json"))
+    assert sweep.main(["status", str(manifest)]) == 1
+    status = capsys.readouterr().out
+    assert "2 notebook(s), done 1, " in status and "tiny_x=2.ipynb" in status and "tiny_x=1.ipynb" not in status
+    tiny_notebook(path, "assert x in (1, 2)")  # the notebook fixed: resume executes only what failed
+    assert sweep.main(["resume", str(manifest)]) == 0
+    assert "planned 2: done 1, skipped 1 (already recorded), failed 0" in capsys.readouterr().out
+    assert sweep.main(["status", str(manifest)]) == 0
 
 
 def test_a_manifest_holds_paths_and_devices_as_text(tmp_path):

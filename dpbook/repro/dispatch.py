@@ -217,6 +217,16 @@ def error_line(path: str | Path | None) -> str:
     return (named or lines or [""])[-1].strip()[:300]
 
 
+def executed_without_error(notebook: str | Path) -> bool:
+    """Whether papermill executed ``notebook`` to its end: its metadata records an end time and no cell's exception
+    (papermill writes None, or True once a cell raised)."""
+    try:
+        meta = json.loads(Path(notebook).read_text())["metadata"].get("papermill", {})
+    except (OSError, ValueError, KeyError):
+        return False
+    return meta.get("end_time") is not None and not meta.get("exception")
+
+
 def sweep_folder(root: str | Path) -> Path:
     """Where a sweep started now keeps its manifest and job logs: ``<root>/.sweeps/<UTC time>``."""
     return Path(root) / ".sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -228,11 +238,14 @@ def sweep_folder(root: str | Path) -> Path:
 
 @dataclass
 class Manifest:
-    """What a sweep submitted, in ``<folder>/manifest.json``: the executor, its options, and per run its key,
-    result file, experiment fields, job id and log files. A convenience for ``status`` and ``resume``; a run's
-    result file stays the truth."""
+    """What a sweep submitted, in ``<folder>/manifest.json``: the executor, its options, and per entry its key,
+    output (a run's result file, or an executed notebook), what it executes (the run's experiment fields, or the
+    papermill command), job id and log files. ``kind`` is "runs" or "notebooks". A convenience for ``status`` and
+    ``resume``; the outputs stay the truth: a run is done when its result file is recorded, a notebook when
+    papermill executed it without an exception."""
 
     path: Path
+    kind: str
     executor: str
     results_dir: str
     run_kwargs: dict
@@ -242,15 +255,27 @@ class Manifest:
     @classmethod
     def new(cls, folder: Path, executor: str, results_dir, run_kwargs: dict, slurm: SlurmOptions | None,
             todo: Iterable[Experiment]) -> "Manifest":
-        """The manifest of the runs ``todo`` (every run the sweep plans); in a folder that holds one already
-        (``resume``), each run keeps the job it had."""
-        path = Path(folder) / "manifest.json"
-        before = {e["key"]: e for e in cls.read(path).entries} if path.exists() else {}  # a resumed sweep
-        jobs = {k: {f: e[f] for f in ("job", "stdout", "stderr")} for k, e in before.items()}
-        entries = [{"key": exp.key(), "result": str(exp.path(results_dir)), "experiment": dataclasses.asdict(exp),
-                    **jobs.get(exp.key(), {"job": None, "stdout": None, "stderr": None})} for exp in todo]
+        """The manifest of the runs ``todo`` (every run the sweep plans)."""
+        entries = [{"key": exp.key(), "result": str(exp.path(results_dir)), "experiment": dataclasses.asdict(exp)}
+                   for exp in todo]
         kwargs = json.loads(json.dumps({k: v for k, v in run_kwargs.items() if k != "results_dir"}, default=str))
-        return cls(path, executor, str(results_dir), kwargs,  # paths and devices as text
+        return cls._create(folder, "runs", executor, results_dir, kwargs, slurm, entries)  # paths, devices as text
+
+    @classmethod
+    def new_notebooks(cls, folder: Path, executor: str, output_dir, slurm: SlurmOptions | None,
+                      commands: Iterable[tuple[list[str], Path]]) -> "Manifest":
+        """The manifest of a notebook sweep: one entry per papermill ``(command, executed notebook)``."""
+        entries = [{"key": Path(out).stem, "result": str(out), "command": list(command)} for command, out in commands]
+        return cls._create(folder, "notebooks", executor, output_dir, {}, slurm, entries)
+
+    @classmethod
+    def _create(cls, folder, kind, executor, results_dir, run_kwargs, slurm, entries) -> "Manifest":
+        """In a folder that holds a manifest already (``resume``), each entry keeps the job it had."""
+        path = Path(folder) / "manifest.json"
+        before = {e["key"]: e for e in cls.read(path).entries} if path.exists() else {}
+        for entry in entries:
+            entry.update({f: before.get(entry["key"], {}).get(f) for f in ("job", "stdout", "stderr")})
+        return cls(path, kind, executor, str(results_dir), run_kwargs,
                    None if slurm is None else dataclasses.asdict(slurm), entries)
 
     @classmethod
@@ -260,19 +285,19 @@ class Manifest:
             path = path / "manifest.json"
         try:
             data = json.loads(path.read_text())
-            return cls(path=path, **{k: data[k] for k in ("executor", "results_dir", "run_kwargs", "slurm",
+            return cls(path=path, **{k: data[k] for k in ("kind", "executor", "results_dir", "run_kwargs", "slurm",
                                                              "entries")})
         except FileNotFoundError:
             raise FileNotFoundError(f"no sweep manifest at {path}: give the manifest.json a sweep printed") from None
         except (ValueError, KeyError) as err:
             raise ValueError(f"{path} is not a sweep manifest ({type(err).__name__}: {err})") from None
 
-    def record_jobs(self, submitted: Sequence[tuple[list[Experiment], submitit.Job]]) -> None:
+    def record_jobs(self, submitted: Sequence[tuple[Sequence[str], submitit.Job]]) -> None:
+        """Record the job of each entry: ``submitted`` pairs the keys a job executes with the job."""
         by_key = {e["key"]: e for e in self.entries}
-        for group, job in submitted:
-            for exp in group:
-                by_key[exp.key()].update(job=str(job.job_id), stdout=str(job.paths.stdout),
-                                         stderr=str(job.paths.stderr))
+        for keys, job in submitted:
+            for key in keys:
+                by_key[key].update(job=str(job.job_id), stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
         self.write()
 
     def write(self) -> None:
@@ -280,14 +305,24 @@ class Manifest:
         io.atomic_write_json(fields, self.path, indent=1)
 
     def experiments(self) -> list[Experiment]:
+        """The runs of a run sweep."""
         return [Experiment(**e["experiment"]) for e in self.entries]
+
+    def commands(self) -> list[tuple[list[str], Path]]:
+        """The papermill commands of a notebook sweep, with the notebook each one writes."""
+        return [(e["command"], Path(e["result"])) for e in self.entries]
+
+    def done(self, entry: dict) -> bool:
+        if self.kind == "runs":
+            return results.recorded(entry["result"]) is not None
+        return executed_without_error(entry["result"])
 
     def states(self) -> list[dict]:
         """Per run: its state (done, or the job's: pending, running, failed, ...) and, if it failed, why."""
         rows = []
         for entry in self.entries:
             state, why = "done", ""
-            if not results.recorded(entry["result"]):
+            if not self.done(entry):
                 state, why = self._job_state(entry)
             rows.append({"run": Path(entry["result"]).name, "job": entry["job"] or "", "state": state,
                          "why": why, "log": entry["stderr"] or ""})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import types
 import typing
 from typing import Any, Callable, Collection, Iterable
@@ -118,6 +119,18 @@ def clean_float(x: Any) -> float:
     (0.3, 0.002, 1.0)
     """
     return float(f"{float(x):.6g}")
+
+
+def from_notebook(cls: type, namespace: dict):
+    """An instance of the dataclass ``cls`` from the notebook's variables named as its fields (a chapter's
+    ``Reproduction`` from its checked parameters).
+
+    >>> import dataclasses
+    >>> Point = dataclasses.make_dataclass("Point", ["x", "y"])
+    >>> from_notebook(Point, {"x": 1, "y": 2, "mode": "render"})
+    Point(x=1, y=2)
+    """
+    return cls(**{f.name: namespace[f.name] for f in dataclasses.fields(cls) if f.init})
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -241,12 +241,42 @@ def summarise(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir
     if best is None:
         done = sum(run.path(results_dir).exists() for run in search(base.replace(protocol="none"), grid))
         status = f"grid {done}/{len(grid)} done" if done else "not run yet"
-        return {"status": status, "values": [], "chosen": [], "records": [], "best": None, "sigma": None}
+        return empty_summary(status)
     the_cell = cell(base, grid, seeds, results_dir)
     paths = [run.path(results_dir) for run in reruns(base, grid, seeds, results_dir)]
     records = [results.read_result(path) for path in paths if path.exists()]
     status = "done" if the_cell["status"] == "ok" else f"grid done, {len(the_cell['values'])}/{seeds} seeds"
     return {**the_cell, "status": status, "records": records, "best": best}
+
+
+def empty_summary(status: str) -> dict:
+    """What :func:`summarise` returns for a cell without results: its ``status`` and nothing else."""
+    return {"status": status, "values": [], "chosen": [], "records": [], "best": None, "sigma": None}
+
+
+def summary_or_unreachable(spec: Callable[[], tuple[Experiment, Sequence[Mapping]] | None], seeds: int,
+                           results_dir=results.RESULTS_DIR) -> dict:
+    """:func:`summarise` of the cell ``spec()`` gives as (base, grid); a ``spec()`` of None is a cell that waits for
+    another's best point (DPDR's on DP-SGD's), and a ValueError (from ``spec`` or the plan) makes it unreachable.
+
+    >>> summary_or_unreachable(lambda: None, 3)["status"]
+    "waits for DP-SGD's grid"
+    >>> def unreachable():
+    ...     raise ValueError("no sigma reaches epsilon = 0.1")
+    >>> summary_or_unreachable(unreachable, 3)["status"]
+    'unreachable: no sigma reaches epsilon = 0.1'
+    """
+    try:
+        found = spec()
+        return empty_summary("waits for DP-SGD's grid") if found is None else summarise(*found, seeds, results_dir)
+    except ValueError as err:
+        return empty_summary("unreachable: " + str(err).splitlines()[0][:100])
+
+
+def within_budget(study: str, results_dir=results.RESULTS_DIR, smoke: bool = False) -> bool:
+    """Whether every recorded run of ``study`` spent at most its epsilon (the chapters' check cell)."""
+    recorded = results.load_results(study, root=results_dir, smoke=smoke)
+    return all(r["epsilon_spent"] <= r["experiment"]["epsilon"] * (1 + 1e-9) for r in recorded)
 
 
 def train_until_done(wanted: Callable[[], Iterable[Experiment]], results_dir=results.RESULTS_DIR,

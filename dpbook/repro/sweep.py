@@ -105,7 +105,7 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     if executor != "local":
         submitted = dispatch.submit(todo, kind=executor, folder=folder, slurm=slurm, run_kwargs=run_kwargs,
                                     run=run_one)
-        manifest.record_jobs(submitted)
+        manifest.record_jobs([([exp.key() for exp in group], job) for group, job in submitted])
         bar.write(f"{len(submitted)} {executor} job(s); manifest {manifest.path}")
         labelled = [([str(exp.path(results_dir)) for exp in group], job) for group, job in submitted]
         dispatch.collect(labelled, lambda *outcome: _collect([outcome], summary, bar))
@@ -245,7 +245,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     notebook itself skips runs whose result file exists (its runs go through
     :func:`dpbook.repro.experiment.run_experiment`), so rerunning the same sweep only trains what is missing.
     ``executor``: ``"local"`` runs ``jobs`` executions at once here; ``"debug"`` and ``"slurm"`` submit one job per
-    execution (SLURM: one job array, logs under ``<output_dir>/.sweeps/``).
+    execution (SLURM: one job array). The manifest and the job logs go under ``<output_dir>/.sweeps/``.
     """
     checks.one_of("executor", executor, dispatch.EXECUTORS)
     notebook = Path(notebook)
@@ -253,7 +253,6 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     check_notebook_grid(notebook, [{**fixed, **point} for point in points])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    summary = {"planned": len(points), "done": 0, "failed": []}
 
     def command_of(point: dict) -> tuple[list[str], Path]:
         tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))
@@ -263,23 +262,40 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
             command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
         return command, out
 
-    def execute(point: dict) -> tuple[str, float, str | None]:
-        command, out = command_of(point)
+    return run_notebooks([command_of(point) for point in points], output_dir=output_dir, jobs=jobs,
+                         progress=progress, executor=executor, slurm=slurm)
+
+
+def run_notebooks(commands: Sequence[tuple[list[str], Path]], *, output_dir: str | Path, jobs: int = 1,
+                  progress: bool | None = None, executor: str = "local", slurm: dispatch.SlurmOptions | None = None,
+                  sweep_dir: str | Path | None = None, skip_done: bool = False) -> dict:
+    """Run papermill ``commands`` (each with the notebook it writes) on ``executor`` and write the sweep's manifest
+    (in ``sweep_dir``, default ``<output_dir>/.sweeps/<UTC time>``). ``skip_done`` (``resume``): leave out the
+    executions whose notebook papermill already executed without an exception."""
+    folder = Path(sweep_dir) if sweep_dir is not None else dispatch.sweep_folder(output_dir)
+    manifest = dispatch.Manifest.new_notebooks(folder, executor, output_dir, slurm, commands)
+    manifest.write()
+    todo = [(command, Path(out)) for command, out in commands
+            if not (skip_done and dispatch.executed_without_error(out))]
+    summary = {"planned": len(commands), "done": 0, "failed": [], "manifest": str(manifest.path),
+               **({"skipped": len(commands) - len(todo)} if skip_done else {})}
+
+    def execute(command: list[str], out: Path) -> tuple[str, float, str | None]:
         sweep_pid = os.getpid()
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(),
                               preexec_fn=lambda: die_with_parent(sweep_pid))  # its kernel ends with it too
         return str(out), 0.0, None if done.returncode == 0 else failed_cell(out, done.stderr)
 
-    bar = tqdm(total=len(points), disable=None if progress is None else not progress, unit="notebook")
+    bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="notebook")
     if executor == "local":
         with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
-            _collect(pool.map(execute, points), summary, bar)
-    else:
-        tasks = [dispatch.NotebookTask(*command_of(point), failed_cell) for point in points]
-        folder = dispatch.sweep_folder(output_dir)
-        jobs_ = dispatch.submit_tasks(tasks, kind=executor, folder=folder, slurm=slurm)
-        bar.write(f"{len(jobs_)} {executor} job(s); logs under {folder}")
-        dispatch.collect([([task.out], job) for task, job in zip(tasks, jobs_)],
+            _collect(pool.map(lambda c: execute(*c), todo), summary, bar)
+    elif todo:
+        tasks = [dispatch.NotebookTask(command, out, failed_cell) for command, out in todo]
+        submitted = dispatch.submit_tasks(tasks, kind=executor, folder=folder, slurm=slurm)
+        manifest.record_jobs([([Path(task.out).stem], job) for task, job in zip(tasks, submitted)])
+        bar.write(f"{len(submitted)} {executor} job(s); manifest {manifest.path}")
+        dispatch.collect([([task.out], job) for task, job in zip(tasks, submitted)],
                          lambda *outcome: _collect([outcome], summary, bar))
     bar.close()
     return summary
@@ -308,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _executor_arguments(bench)
     status = sub.add_parser("status", help="what a sweep's runs are doing: pending, running, done, failed")
     status.add_argument("manifest", help="the manifest.json a sweep wrote (or its folder)")
-    resume = sub.add_parser("resume", help="submit again the runs of a sweep that are not done")
+    resume = sub.add_parser("resume", help="submit again the runs (or notebook executions) of a sweep not done")
     resume.add_argument("manifest", help="the manifest.json a sweep wrote (or its folder)")
     resume.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at once (local)")
     nb = sub.add_parser("notebook", help="papermill executions of a notebook over a parameter grid")
@@ -377,18 +393,20 @@ def _slurm_options(args) -> dispatch.SlurmOptions | None:
 
 
 def print_status(manifest: dispatch.Manifest) -> int:
-    """Print a sweep's runs by state (the ones not done with why and where their log is); 0 when all are done."""
+    """Print a sweep's runs (or notebook executions) by state, the ones not done with why and where their log is;
+    0 when all are done."""
     from tabulate import tabulate
 
     rows = manifest.states()
     counts = {}
     for row in rows:
         counts[row["state"]] = counts.get(row["state"], 0) + 1
-    print(f"{manifest.path}: {len(rows)} run(s), " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    noun = "run" if manifest.kind == "runs" else "notebook"
+    print(f"{manifest.path}: {len(rows)} {noun}(s), " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     open_rows = [row for row in rows if row["state"] != "done"]
     if open_rows:
         print(tabulate([[r["run"], r["job"], r["state"], r["why"], r["log"]] for r in open_rows],
-                       headers=["run", "job", "state", "why", "log"]))
+                       headers=[noun, "job", "state", "why", "log"]))
     return 0 if not open_rows else 1
 
 
@@ -402,10 +420,13 @@ def _run(args) -> list[dict]:
                                   executor=args.executor, slurm=_slurm_options(args))
     elif args.command == "resume":
         manifest = dispatch.Manifest.read(args.manifest)
-        slurm = None if manifest.slurm is None else dispatch.SlurmOptions(**manifest.slurm)
-        summaries = [run_all(manifest.experiments(), jobs=args.jobs, executor=manifest.executor, slurm=slurm,
-                             sweep_dir=manifest.path.parent, results_dir=manifest.results_dir,
-                             **manifest.run_kwargs)]
+        again = dict(jobs=args.jobs, executor=manifest.executor, sweep_dir=manifest.path.parent,
+                     slurm=None if manifest.slurm is None else dispatch.SlurmOptions(**manifest.slurm))
+        if manifest.kind == "notebooks":
+            summaries = [run_notebooks(manifest.commands(), output_dir=manifest.results_dir, skip_done=True, **again)]
+        else:
+            summaries = [run_all(manifest.experiments(), results_dir=manifest.results_dir, **again,
+                                 **manifest.run_kwargs)]
     else:
         summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
                                        parse_assignments(args.set, lists=False), output_dir=args.output_dir,

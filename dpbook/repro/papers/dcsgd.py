@@ -1,0 +1,416 @@
+r"""Reproducing DC-SGD (Wei et al.): Tables I–V and VIII, and the runs of Figs. 5–7 and 9–11.
+
+A cell of a table is one (model, dataset, epsilon, method) of the paper's transcribed table. It becomes a base
+:class:`~dpbook.repro.experiment.Experiment` with the table's optimizer and tuning protocol (II: Liu–Talwar, III:
+RDP composition, IV, V, VIII: no tuning cost) and a grid (Table VII's, with SGD times its learning rates, Table VI);
+:mod:`dpbook.repro.reproduce` turns it into runs and reads it back. A figure point is one run of a method's
+defaults with one hyperparameter swept (p, b or sigma_H), at no tuning cost. Figs. 4 and 8 are measurements inside
+training, not accuracies: :mod:`.dcsgd_figures`.
+
+>>> rep = Reproduction(table="IV", datasets=["mnist"], methods=["dcsgd-e"], epsilons=[1.0])
+>>> [(t, c["model"], c["epsilon"], c["method"]) for t, c in rep.selected]
+[('IV', 'mnist_cnn', 1.0, 'dcsgd-e')]
+>>> rep.grid_of("IV", "dcsgd-e")
+[{}]
+>>> len(rep.grid_of("V", "dcsgd-e")), rep.grid_of("V", "dcsgd-e")[0]
+(20, {'lr': 1e-05})
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpbook.methods.dcsgd import run_sigma_H
+from dpbook.repro import reproduce, results
+from dpbook.repro.experiment import Experiment, load_task_data
+from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.params import check_known, listing
+from dpbook.repro.sweep import run_all
+from dpbook.tuning import TABLE_VII, paper_grid
+
+STUDY = "dcsgd"
+#: The paper's tables of results (Table I is times) and the transcribed file of each.
+TABLES = {"II": 2, "III": 3, "IV": 4, "V": 5, "VIII": 8}
+PROTOCOL = {"II": "lt", "III": "rdp", "IV": "none", "V": "none", "VIII": "none"}
+OPTIMIZER = {"II": "adam", "III": "adam", "IV": "adam", "V": "sgd-momentum", "VIII": "adam"}
+PAPER_EPOCHS = {"mnist_cnn": 10, "resnet18_gn": 20, "resnet34_gn": 20, "bert_base": 5, "char_lstm": 20}
+MODEL_NAMES = {"mnist_cnn": "CNN", "resnet18_gn": "ResNet18", "resnet34_gn": "ResNet34", "bert_base": "BERT-base",
+               "char_lstm": "LSTM"}
+DATASET_NAMES = {"mnist": "MNIST", "cifar10": "CIFAR10", "svhn": "SVHN", "qnli": "QNLI", "names": "NAMES"}
+LABELS = {"dpsgd": "DP-SGD", "dcsgd-p": "DC-SGD-P", "dcsgd-e": "DC-SGD-E", "adaclip": "Andrew et al.",
+          "dynamic": "Du et al.", "autos": "AutoClip"}
+#: The methods Table VII gives a grid for (AutoClip tunes nothing, App. G).
+TUNED = ["dpsgd", "dcsgd-p", "dcsgd-e", "adaclip", "dynamic"]
+PAPER_SYMBOLS = {"C0": "C_0"}  # tuning.paper_grid's names -> the methods' keyword arguments
+#: figure -> (swept hyperparameter, methods, panels (dataset, model)); Sec. VI-C and App. F.
+FIGURES = {
+    "5": ("p", ["dcsgd-p"], [("svhn", "resnet18_gn"), ("qnli", "bert_base")]),
+    "6": ("b", ["dcsgd-p", "dcsgd-e"], [("svhn", "resnet18_gn"), ("qnli", "bert_base")]),
+    "7": ("sigma_H", ["dcsgd-p", "dcsgd-e"], [("svhn", "resnet18_gn"), ("qnli", "bert_base")]),
+    "9": ("p", ["dcsgd-p"], [("cifar10", "resnet18_gn"), ("mnist", "mnist_cnn")]),
+    "10": ("b", ["dcsgd-p", "dcsgd-e"], [("cifar10", "resnet18_gn"), ("mnist", "mnist_cnn")]),
+    "11": ("sigma_H", ["dcsgd-p", "dcsgd-e"], [("cifar10", "resnet18_gn"), ("mnist", "mnist_cnn")]),
+}
+FIGURE_DEFAULTS = {"b": 20}  # a point at the default is the default run (shared with the tables and figures)
+
+
+@functools.cache
+def paper_table(t: str) -> dict:
+    """Table ``t`` ("I", "II", ...) as transcribed in ``data/paper``."""
+    return results.load_paper_table(f"dcsgd_table{({'I': 1, **TABLES})[t]}")
+
+
+def rename(point: dict) -> dict:
+    return {PAPER_SYMBOLS.get(k, k): v for k, v in point.items()}
+
+
+@dataclass
+class Reproduction(Chapter):
+    """The chapter's parameters (see the notebook's parameters cell for each one's meaning), and its cells."""
+
+    table: str | list[str] = "IV"
+    datasets: list[str] | None = None
+    models: list[str] | None = None
+    methods: list[str] | None = None
+    epsilons: list[float] | None = None
+    seeds: int = 5
+    searches: int = 1
+    epochs: int | None = None
+    batch_size: int = 256
+    micro_batch_size: int | None = None
+    lr: float = 1e-3
+    sgd_lrs: list[float] | None = None
+    grids: dict[str, list[dict]] | None = None
+    fresh: bool = False
+    figures: list[str] = field(default_factory=list)
+    figure_datasets: list[str] | None = None
+    figure_epsilons: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])
+    figure_seeds: int = 5
+    figure_p: float = 0.5
+    p_values: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    b_values: list[int] = field(default_factory=lambda: [5, 10, 20, 40, 80])
+    sigma_H_values: list[float] = field(default_factory=lambda: [1.0, 2.0, 5.0, 8.0, 12.0])
+    fig4_settings: list[list[str]] = field(default_factory=lambda: [["cifar10", "resnet18_gn"],
+                                                                    ["svhn", "resnet34_gn"], ["mnist", "mnist_cnn"]])
+    fig4_fractions: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])
+    fig4_points: int = 400
+    fig8_settings: list[list[str]] = field(default_factory=lambda: [["cifar10", "resnet18_gn"],
+                                                                    ["svhn", "resnet18_gn"]])
+    fig8_samples: int = 2000
+    fig8_points: int = 21
+    fig8_optimizer: str = "sgd"
+    fig8_lr: float = 0.1
+
+    def __post_init__(self):
+        """Check every name before anything trains (a name that selects nothing is a typo); ``fresh`` deletes this
+        study's smoke result files."""
+        super().__post_init__()
+        self.tables = listing(self.table, str)
+        check_known("table(s)", self.tables, TABLES)
+        check_known("dataset(s)", (self.datasets or []) + (self.figure_datasets or []), DATASET_NAMES)
+        check_known("model(s)", self.models or [], MODEL_NAMES)
+        check_known("method(s)", self.methods or [], LABELS)
+        check_known("figure(s)", self.figures, ["4", "8", *FIGURES])
+        self.dataset_names = {**DATASET_NAMES, **({"mnist": "MNIST-5k (stand-in)"} if self.stand_ins else {})}
+        self.lr_grid = list(TABLE_VII["lr"] if self.sgd_lrs is None else listing(self.sgd_lrs, float))
+        self.swept = {"p": [float(v) for v in self.p_values], "b": [int(v) for v in self.b_values],
+                      "sigma_H": [float(v) for v in self.sigma_H_values]}
+        self._compared: dict[str, list[dict]] = {}
+        if self.fresh:
+            if not self.smoke:
+                raise ValueError("fresh=True deletes result files; it is only allowed with smoke=True")
+            for path in (self.results / STUDY).glob("**/smoke_*.json"):
+                path.unlink()
+
+    # -- a cell as runs ------------------------------------------------------------------------------------------
+
+    def epochs_of(self, model: str) -> int:
+        return PAPER_EPOCHS[model] if self.epochs is None else int(self.epochs)
+
+    def method_grid(self, method: str) -> list[dict]:
+        """The method's grid with Adam (Table VII, or the ``grids`` override); AutoClip tunes nothing (App. G)."""
+        if self.grids and method in self.grids:
+            return [dict(point) for point in self.grids[method]]
+        if method == "autos":
+            return [{}]
+        return [rename(point) for point in paper_grid(method, "adam")]
+
+    def grid_of(self, t: str, method: str) -> list[dict]:
+        """Table t's grid: with SGD (Table V) every point times the learning rates (Table VI)."""
+        points = self.method_grid(method)
+        if OPTIMIZER[t] == "sgd-momentum":
+            points = [{**point, "lr": v} for point in points for v in self.lr_grid]
+        return points
+
+    def grids_are_table_vii(self) -> bool:
+        """With no override, the grids are Table VII's: Adam's, and SGD's times its learning rates."""
+        return self.grids is not None or self.sgd_lrs is not None or all(
+            self.grid_of("IV", m) == [rename(p) for p in paper_grid(m, "adam")]
+            and self.grid_of("V", m) == [rename(p) for p in paper_grid(m, "sgd")] for m in TUNED)
+
+    def base_of(self, t: str, model: str, dataset: str, epsilon: float, method: str,
+                **hyperparameters) -> Experiment:
+        exp = Experiment(study=STUDY, dataset=dataset, model=model, method=method, hyperparameters=hyperparameters,
+                         epsilon=float(epsilon), epochs=self.epochs_of(model), batch_size=self.batch_size,
+                         optimizer=OPTIMIZER[t], lr=self.lr, protocol=PROTOCOL[t], smoke=self.smoke,
+                         micro_batch_size=self.micro_batch_size)
+        return reproduce.stand_in(exp, self.stand_ins)
+
+    def spec(self, t: str, c: dict) -> tuple[Experiment, list[dict]]:
+        """(base, grid) of cell ``c`` of table ``t``."""
+        return self.base_of(t, c["model"], c["dataset"], c["epsilon"], c["method"]), self.grid_of(t, c["method"])
+
+    def repetitions(self, base: Experiment) -> int:
+        return self.seeds if base.protocol == "none" else self.searches
+
+    def names_size_known(self) -> bool:
+        """NAMES has no fixed size: :func:`dpbook.repro.reproduce.training_size` reads it from the files under
+        ``data_root``, once (False while they are missing)."""
+        if self.smoke or "names" in reproduce.TRAIN_SIZES:
+            return True
+        try:
+            probe = Experiment(study=STUDY, dataset="names", model="char_lstm", method="dpsgd")
+            reproduce.TRAIN_SIZES["names"] = len(load_task_data(probe, root=self.data).y_train)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def check_size(self, base: Experiment) -> None:
+        if base.dataset == "names" and not self.names_size_known():
+            raise FileNotFoundError(f"NAMES is not under {self.data}, so its size N (which sets sigma) is unknown")
+
+    def planned(self, base: Experiment, grid: list[dict]) -> list[Experiment]:
+        self.check_size(base)
+        return reproduce.planned_runs(base, grid, self.repetitions(base))
+
+    def cell(self, t: str, c: dict) -> dict:
+        """:func:`dpbook.repro.reproduce.cell`; "not run yet" with the reason while NAMES's size is unknown."""
+        base, grid = self.spec(t, c)
+        try:
+            self.check_size(base)
+        except FileNotFoundError as err:
+            return {"status": "not run yet", "values": [], "chosen": [], "sigma": None, "reason": str(err)}
+        return reproduce.cell(base, grid, self.repetitions(base), self.results)
+
+    def is_selected(self, c: dict) -> bool:
+        return ((self.datasets is None or c["dataset"] in self.datasets)
+                and (self.models is None or c["model"] in self.models)
+                and (self.methods is None or c["method"] in self.methods)
+                and (self.epsilons is None or c["epsilon"] in self.epsilons))
+
+    @property
+    def selected(self) -> list[tuple[str, dict]]:
+        """The (table, cell) pairs that ``table``, ``datasets``, ``models``, ``methods`` and ``epsilons`` select."""
+        return [(t, c) for t in self.tables for c in table_cells(t) if self.is_selected(c)]
+
+    # -- figure points -------------------------------------------------------------------------------------------
+
+    def figure_base(self, dataset: str, model: str, method: str, epsilon: float, name: str, value) -> Experiment:
+        """One figure point: Adam, no tuning cost, the method's defaults except the swept hyperparameter."""
+        hyperparameters = {"p": self.figure_p} if method == "dcsgd-p" else {}
+        hyperparameters[name] = value
+        if FIGURE_DEFAULTS.get(name) == value:
+            del hyperparameters[name]
+        return self.base_of("IV", model, dataset, epsilon, method, **hyperparameters)
+
+    def in_figure(self, dataset: str) -> bool:
+        return self.figure_datasets is None or dataset in self.figure_datasets
+
+    def figure_points(self, fig: str):
+        """Every point of figure ``fig``: ((dataset, model, method, epsilon, value), base)."""
+        name, fig_methods, panels = FIGURES[fig]
+        for dataset, model in panels:
+            if self.in_figure(dataset):
+                for method in fig_methods:
+                    for epsilon in self.figure_epsilons:
+                        for value in self.swept[name]:
+                            yield (dataset, model, method, float(epsilon), value), self.figure_base(
+                                dataset, model, method, epsilon, name, value)
+
+    # -- run mode ------------------------------------------------------------------------------------------------
+
+    def run(self, jobs: int = 1) -> list[tuple[str, str]]:
+        """Train the selected cells and figure points in two phases: everything known in advance, then the re-runs of
+        each complete grid's best point (Figs. 4 and 8 are measurements: :func:`.dcsgd_figures.measure`). Returns the
+        failures as (what, error)."""
+        failures, unreachable, phase1 = [], [], []
+        for t, c in self.selected:
+            try:
+                phase1 += self.planned(*self.spec(t, c))
+            except ValueError as err:
+                unreachable.append(f"table {t} {c['model']} {c['dataset']} eps={c['epsilon']:g} {c['method']}: "
+                                   f"{str(err).splitlines()[0]}")
+            except FileNotFoundError as err:
+                failures.append((f"table {t} {c['dataset']} {c['method']}", str(err)))
+                print("FAILED:", err)
+        for fig in (f for f in self.figures if f in FIGURES):
+            for point, base in self.figure_points(fig):
+                try:
+                    phase1 += reproduce.planned_runs(base, [{}], self.figure_seeds)
+                except ValueError as err:
+                    unreachable.append(f"Fig. {fig} {point}: {str(err).splitlines()[0]}")
+        run_kwargs = dict(jobs=jobs, device=self.device, data_root=self.data, download=self.download,
+                          results_dir=self.results)
+        first = run_all(phase1, **run_kwargs)
+        phase2 = []
+        for t, c in self.selected:
+            if PROTOCOL[t] == "none":
+                try:
+                    base, grid = self.spec(t, c)
+                    self.check_size(base)
+                    phase2 += reproduce.reruns(base, grid, self.seeds, self.results)
+                except (ValueError, FileNotFoundError):
+                    pass  # already reported in phase 1
+        second = run_all(phase2, **run_kwargs)
+        failures += first["failed"] + second["failed"]
+        for name, summary in (("phase 1 (grids, searches, figure points)", first), ("phase 2 (re-runs)", second)):
+            print(f"{name}: {summary['planned']} runs, {summary['skipped']} already recorded, {summary['done']} "
+                  f"trained, {len(summary['failed'])} failed")
+        for line in unreachable:
+            print("unreachable:", line)
+        return failures
+
+    # -- what the chapter shows ------------------------------------------------------------------------------------
+
+    def cost(self, cells: list[tuple[str, dict]]) -> tuple[int, float, int]:
+        """Runs the cells need and their time at Table I's per-run speed: (runs, seconds, runs without a time)."""
+        per_run_time = {(r["model"], r["method"]): r["value"] for r in paper_table("I")["rows"]}
+        runs, seconds, unpriced = 0, 0.0, 0
+        for t, c in cells:
+            base, grid = self.spec(t, c)
+            try:
+                n = len(self.planned(base, grid)) + (self.seeds if base.protocol == "none" and len(grid) > 1 else 0)
+            except (ValueError, FileNotFoundError):
+                continue  # unreachable, or NAMES not on disk: nothing to count
+            per_run = per_run_time.get((c["model"], c["method"] if c["method"] != "autos" else "dpsgd"))
+            runs += n
+            seconds += n * (per_run or 0)
+            unpriced += n if per_run is None else 0
+        return runs, seconds, unpriced
+
+    def cost_table(self) -> str:
+        """Runs each table needs, and the selection, with their GPU time at Table I's speed."""
+        rows = []
+        for name, cells in [*((t, [(t, c) for c in table_cells(t)]) for t in TABLES),
+                            ("your selection", self.selected)]:
+            n, s, unpriced = self.cost(cells)
+            time = f"{s / 3600:,.1f} h" if name == "your selection" else f"{s / 3600:,.0f} h ({s / 86400:,.1f} days)"
+            rows.append({"table": name, "runs": f"{n:,}", "GPU time": time,
+                         "not priced": f"{unpriced:,}" if unpriced else ""})
+        return ("Runs each table needs and their time at the paper's per-run speed (Table I):\n\n"
+                + results.markdown_table(rows, ["table", "runs", "GPU time", "not priced"],
+                                         ["table", "runs", "GPU time at Table I's speed", "runs without a time"]))
+
+    def measured_times(self, model: str, method: str, dataset: str | None = None) -> tuple[list[float], str | None]:
+        """Wall times of the recorded Adam runs of (model, method) on the device most of them ran on."""
+        match = dict(model=model, method=method, optimizer="adam", epochs=self.epochs_of(model),
+                     batch_size=self.batch_size)
+        if dataset is not None:
+            match["dataset"] = dataset
+        records = [r for r in results.load_results(STUDY, root=self.results, smoke=self.smoke, **match)
+                   if not r.get("resumed")]
+        if not records:
+            return [], None
+        device_name = collections.Counter(r["device"] for r in records).most_common(1)[0][0]  # one device per row
+        return [r["wall_time_s"] for r in records if r["device"] == device_name], device_name
+
+    def table_i(self) -> str:
+        """Table I: one training run's time times the grid size G, the paper's and ours."""
+        rows = []
+        for r in paper_table("I")["rows"]:
+            times, device_name = self.measured_times(r["model"], r["method"], r.get("dataset"))
+            rows.append({
+                "model": MODEL_NAMES[r["model"]], "method": LABELS[r["method"]], "G": r["G"],
+                "paper": f"{hms(r['value'])} × {r['G']} = {hms(r['value'] * r['G'])}",
+                "measured": (f"{hms(np.mean(times))} × {r['G']} = {hms(np.mean(times) * r['G'])} "
+                             f"(n={len(times)}, {device_name})" if times else "not run yet"),
+            })
+        return ("**Table I.** Time of tuning with Adam: one training run × grid size $G$.\n\n"
+                + results.markdown_table(rows, ["model", "method", "G", "paper", "measured"],
+                                         ["model", "method", "G", "paper: one run × G", "ours: one run × G"]))
+
+    def compared(self, t: str) -> list[dict]:
+        """Every cell of table ``t`` with its result (:meth:`cell`), paper vs reproduced (read once)."""
+        if t not in self._compared:
+            cells = table_cells(t)
+            for c in cells:
+                c["result"] = self.cell(t, c)
+            self._compared[t] = results.compare(cells, reproduced=lambda c: c["result"]["values"],
+                                                paper=lambda c: c["paper_row"])
+        return self._compared[t]
+
+    def table_text(self, t: str) -> str:
+        """Table ``t`` as the paper lays it out, every cell reading "paper → ours, Δ"."""
+        compared = self.compared(t)
+        rows, order = {}, []
+        for c in compared:
+            key = (c["model"], c["dataset"], c["epsilon"])
+            if key not in rows:
+                rows[key] = {"model": MODEL_NAMES[c["model"]], "dataset": self.dataset_names[c["dataset"]],
+                             "epsilon": f"{c['epsilon']:g}"}
+                order.append(key)
+            res = c["result"]
+            paper_text = f"**{c['paper']}**" if c["paper_row"].get("bold") else c["paper"]
+            if res["status"] == "unreachable":
+                ours = "unreachable: " + res["reason"].splitlines()[0][:90]
+            elif c["n"] == 0:
+                ours = "not run yet"
+            else:
+                ours = f"{c['reproduced']}, Δ {c['difference']}" + (" (partial)" if res["status"] == "partial" else "")
+            rows[key][c["method"]] = f"{paper_text} → {ours}"
+        table_methods = list(dict.fromkeys(c["method"] for c in compared))
+        done = sum(c["n"] > 0 for c in compared)
+        header = (f"**Table {t}.** {paper_table(t)['title']} Protocol `{PROTOCOL[t]}`, optimizer `{OPTIMIZER[t]}`. "
+                  f"Cells with results: {done} of {len(compared)}.\n\n")
+        return header + results.markdown_table(
+            [rows[k] for k in order], ["model", "dataset", "epsilon", *table_methods],
+            ["model", "dataset", "ε", *[LABELS[m] for m in table_methods]]) + reproduce.stand_in_note(self.stand_ins)
+
+    def selected_detail(self, only_with_results: bool) -> str | None:
+        """The selected cells with status, chosen hyperparameters, sigma and sigma_H (None when there is none)."""
+        rows = []
+        for t, c in self.selected:
+            match = next(r for r in self.compared(t) if (r["model"], r["dataset"], r["epsilon"], r["method"])
+                         == (c["model"], c["dataset"], c["epsilon"], c["method"]))
+            res, sigma = match["result"], match["result"]["sigma"]
+            if only_with_results and match["n"] == 0:
+                continue
+            rows.append({"table": t, "model": MODEL_NAMES[c["model"]], "dataset": self.dataset_names[c["dataset"]],
+                         "epsilon": f"{c['epsilon']:g}", "method": LABELS[c["method"]], "status": res["status"],
+                         "ours": match["reproduced"], "paper": match["paper"],
+                         "chosen": json.dumps(res["chosen"][0], sort_keys=True) if res["values"] else "—",
+                         "sigma": "—" if sigma is None else f"{sigma:.4f}",
+                         "sigma_H": f"{run_sigma_H(sigma):g}" if sigma and c["method"].startswith("dcsgd") else "—"})
+        if not rows:
+            return None
+        return results.markdown_table(
+            rows, ["table", "model", "dataset", "epsilon", "method", "status", "paper", "ours", "chosen", "sigma",
+                   "sigma_H"],
+            ["table", "model", "dataset", "ε", "method", "status", "paper", "ours", "chosen hyperparameters", "σ",
+             "σ_H"])
+
+    def recorded_files(self) -> int:
+        """How many result files of this study (smoke or real, as selected) are recorded."""
+        return sum(p.name.startswith("smoke_") == bool(self.smoke) for p in (self.results / STUDY).glob("*/*.json"))
+
+
+def table_cells(t: str) -> list[dict]:
+    """Every cell (model, dataset, epsilon, method) of the paper's table t, with its transcribed row."""
+    return [dict(model=r["model"], dataset=r["dataset"], epsilon=float(r["epsilon"]), method=r["method"],
+                 paper_row=r) for r in paper_table(t)["rows"]]
+
+
+def hms(seconds: float) -> str:
+    """A duration as the paper's Table I writes it.
+
+    >>> hms(59.6), hms(3725)
+    ('1m00s', '1h02m05s')
+    """
+    seconds = int(round(seconds))
+    h, m, s = seconds // 3600, seconds % 3600 // 60, seconds % 60
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"

@@ -1,0 +1,448 @@
+r"""Reproducing DPDR (Liu et al.): Table 1 and Figures 5–6.
+
+A cell of Table 1 is one (dataset, epsilon, method). It is a base :class:`~dpbook.repro.experiment.Experiment` at the
+paper's setting (App. A.1: 20 epochs, expected batch size 256, plain SGD; protocol "none") and a grid of points, its
+learning rate included; :mod:`dpbook.repro.reproduce` trains grid point i with seed i and re-trains the best point
+with seeds 0..n-1. DPDR's DP-SGD phase takes "the best DP-SGD settings" (App. A.1): its learning rate and C_g are
+those of the best DP-SGD grid point of the same dataset and budget, so a DPDR cell (and a DIFF or DIFF2 cell, whose
+DP-SGD steps take C_g the same way) waits for DP-SGD's grid. Fig. 5 is read from the per-epoch metrics of the Table
+1 runs; Fig. 6's points are runs at the best Table 1 points with one quantity (B, C_alpha, s) changed.
+
+DP-SGD's grid is the learning rates times the clipping bounds; DPDR's sigma_alpha is Table 2's ratio
+sigma_alpha / sigma_perp times sigma_perp:
+
+>>> rep = Reproduction(datasets=["mnist"], epsilons=[3.0], methods=["dpsgd", "dpdr"], lr_grid=[0.5], C_grid=[0.1, 1.0])
+>>> len(rep.cells), rep.spec("dpsgd", "mnist", 3.0)[1]
+(2, [{'lr': 0.5, 'C': 0.1}, {'lr': 0.5, 'C': 1.0}])
+>>> table2("mnist", 3.0, "sigma_perp"), table2("mnist", 3.0, "sigma_alpha"), rep.ratio_of("mnist", 3.0)
+(0.81, 2.0, 2.46914)
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from dpbook.methods import METHODS
+from dpbook.repro import reproduce, results
+from dpbook.repro.benchmark import product
+from dpbook.repro.experiment import Experiment
+from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.params import check_known, clean_float, listing, per_dataset
+from dpbook.repro.plotting import annotate_empty, axes, method_colour
+
+STUDY = "dpdr"
+#: Table 1's rows: key -> (registry method, optimizer, label).
+ROWS = {"dpdr": ("dpdr", "sgd", "DPDR"), "autos": ("autos", "sgd", "AutoClip"), "diff": ("diff", "sgd", "DIFF"),
+        "diff2": ("diff2", "sgd", "DIFF2"), "dpadam": ("dpsgd", "adam", "DPAdam"), "dpsgd": ("dpsgd", "sgd", "DP-SGD")}
+PAPER_EPOCHS, PAPER_BATCH_SIZE = 20, 256   # App. A.1 (the table file has no settings fields)
+
+
+@functools.cache
+def paper_tables() -> tuple[dict, dict]:
+    """Table 1 (the accuracies) and Table 2 (the noise multipliers), as transcribed in ``data/paper``."""
+    return results.load_paper_table("dpdr_table1"), results.load_paper_table("dpdr_table2")
+
+
+def models() -> dict[str, str]:
+    """Table 1's datasets and the model of each."""
+    return {row["dataset"]: row["model"] for row in paper_tables()[0]["rows"]}
+
+
+def label(key: str) -> str:
+    """The name Table 1 gives the method ``key``."""
+    return ROWS[key][2]
+
+
+def line_style(key: str) -> dict:
+    """One colour per registry method (:mod:`dpbook.repro.plotting`); DPAdam shares DP-SGD's colour, dashed."""
+    return dict(color=method_colour(ROWS[key][0]), ls="--" if key == "dpadam" else "-")
+
+
+def paper_row(dataset: str, epsilon: float, key: str) -> dict | None:
+    """Table 1's row of a cell (None if the paper has none)."""
+    method, optimizer, _ = ROWS[key]
+    rows = results.paper_rows(paper_tables()[0], dataset=dataset, epsilon=epsilon, method=method, optimizer=optimizer)
+    return rows[0] if rows else None
+
+
+def delta_of(dataset: str, epsilon: float) -> float:
+    """Table 1's delta of a (dataset, epsilon) pair (its first row's if the pair is not in the table)."""
+    table1 = paper_tables()[0]
+    rows = results.paper_rows(table1, dataset=dataset, epsilon=epsilon) or table1["rows"]
+    return float(rows[0]["delta"])
+
+
+def table2(dataset: str, epsilon: float, quantity: str) -> float | None:
+    """Table 2's printed ``quantity`` (sigma_g, sigma_perp or sigma_alpha) for a (dataset, epsilon) pair, or None.
+
+    >>> table2("svhn", 3.0, "sigma_g"), table2("svhn", 1.0, "sigma_g")
+    (0.696, None)
+    """
+    rows = results.paper_rows(paper_tables()[1], dataset=dataset, epsilon=epsilon, quantity=quantity)
+    return rows[0]["value"] if rows else None
+
+
+def mean_curve(records: list[dict], column: str) -> np.ndarray:
+    """The mean over ``records`` (result files) of a per-epoch ``column``."""
+    values = np.array([[float(v) for v in r["epochs"][column]] for r in records])
+    return values.mean(axis=0)
+
+
+def crossing(eps, acc, level: float) -> str | None:
+    """The epsilon at which ``acc`` first reaches ``level``, interpolated linearly between epochs; None if it never
+    does.
+
+    >>> crossing(np.array([1.0, 2.0, 3.0]), np.array([10.0, 30.0, 50.0]), 40.0)
+    '2.500'
+    >>> crossing(np.array([1.0, 2.0]), np.array([60.0, 70.0]), 40.0), crossing(np.array([1.0]), np.array([5.0]), 40.0)
+    ('≤ 1.000', None)
+    """
+    above = np.flatnonzero(acc >= level)
+    if not len(above):
+        return None
+    i = above[0]
+    if i == 0:
+        return f"≤ {eps[0]:.3f}"
+    return f"{eps[i - 1] + (level - acc[i - 1]) * (eps[i] - eps[i - 1]) / (acc[i] - acc[i - 1]):.3f}"
+
+
+@dataclass
+class Reproduction(Chapter):
+    """The chapter's parameters (see the notebook's parameters cell for each one's meaning), and its cells."""
+
+    datasets: list[str] = field(default_factory=lambda: ["mnist", "cifar10", "svhn"])
+    methods: list[str] = field(default_factory=lambda: ["dpdr", "autos", "diff", "diff2", "dpadam", "dpsgd"])
+    epsilons: list[float] = field(default_factory=lambda: [3.0, 8.0])
+    seeds: int = 3
+    epochs: int | None = None
+    batch_size: int | dict[str, int] | None = None
+    micro_batch_size: int | dict[str, int] | None = None
+    lr_grid: list[float] = field(default_factory=lambda: [0.1, 0.5, 2.0])
+    adam_lr_grid: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01])
+    C_grid: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0])
+    C_perp_grid: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0])
+    C_alpha_grid: list[float] = field(default_factory=lambda: [0.1, 0.5, 1.5])
+    C_d_grid: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0])
+    s: int = 50
+    sigma_alpha_ratio: float | str = "table2"
+    diff2_restart_every: int = 50
+    autos_gamma: float = 0.01
+    cells: list[tuple[str, float, str]] | None = None
+    jobs: int = 1
+    fig_dataset: str = "cifar10"
+    fig5_epsilon: float = 3.0
+    fig5_accuracy_level: float = 55.0
+    fig6_epsilon: float = 3.0
+    fig6_batch_sizes: list[int] = field(default_factory=lambda: [64, 256, 1024, 4096])
+    fig6_C_alpha: list[float] = field(default_factory=lambda: [0.05, 0.3, 1.0, 3.0])
+    fig6_s: list[int] = field(default_factory=lambda: [1, 10, 50, 200, 1000])
+    fig6_seeds: int = 1
+    run_figure6: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.seeds = int(self.seeds)
+        if self.cells is None:   # Table 1's order: epsilon, then method, then dataset
+            self.cells = [(d, float(e), k) for e in listing(self.epsilons) for k in listing(self.methods)
+                          for d in listing(self.datasets)]
+        else:
+            self.cells = [(d, float(e), k) for d, e, k in (listing(c) for c in listing(self.cells))]
+        check_known("dataset(s)", [d for d, _, _ in self.cells] + [self.fig_dataset], models())
+        check_known("method(s)", [k for _, _, k in self.cells], ROWS)
+        self.lr_grid, self.adam_lr_grid = listing(self.lr_grid, clean_float), listing(self.adam_lr_grid, clean_float)
+        self.C_grid, self.C_perp_grid = listing(self.C_grid, clean_float), listing(self.C_perp_grid, clean_float)
+        self.C_alpha_grid, self.C_d_grid = listing(self.C_alpha_grid, clean_float), listing(self.C_d_grid, clean_float)
+        self._feasible: dict = {}
+
+    # -- a cell as runs ------------------------------------------------------------------------------------------
+
+    def ratio_of(self, dataset: str, epsilon: float) -> float:
+        """DPDR's sigma_alpha / sigma_perp: the parameter, else Table 2's ratio for the cell."""
+        if self.sigma_alpha_ratio != "table2":
+            return clean_float(self.sigma_alpha_ratio)
+        perp, alpha = table2(dataset, epsilon, "sigma_perp"), table2(dataset, epsilon, "sigma_alpha")
+        if perp is None or alpha is None:
+            raise ValueError(f"Table 2 has no sigma_alpha / sigma_perp for {dataset} at epsilon {epsilon:g}; "
+                             f"set sigma_alpha_ratio to a number")
+        return clean_float(alpha / perp)
+
+    def base_of(self, key: str, dataset: str, epsilon: float) -> Experiment:
+        method, optimizer, _ = ROWS[key]
+        exp = Experiment(study=STUDY, dataset=dataset, model=models()[dataset], method=method, epsilon=float(epsilon),
+                         delta=delta_of(dataset, epsilon),
+                         epochs=PAPER_EPOCHS if self.epochs is None else int(self.epochs),
+                         batch_size=int(per_dataset(self.batch_size, dataset, PAPER_BATCH_SIZE)), optimizer=optimizer,
+                         lr=1.0, protocol="none", smoke=bool(self.smoke),
+                         micro_batch_size=per_dataset(self.micro_batch_size, dataset, None))
+        return reproduce.stand_in(exp, self.stand_ins)
+
+    def spec(self, key: str, dataset: str, epsilon: float) -> tuple[Experiment, list[dict]] | None:
+        """(base, grid) of a Table 1 cell; None while it waits for the best DP-SGD point (DPDR, DIFF, DIFF2)."""
+        base = self.base_of(key, dataset, epsilon)
+        if key == "dpsgd":
+            return base, product(lr=self.lr_grid, C=self.C_grid)
+        if key == "dpadam":
+            return base, product(lr=self.adam_lr_grid, C=self.C_grid)
+        if key == "autos":
+            return base, product(lr=self.lr_grid, gamma=[clean_float(self.autos_gamma)])
+        sgd = reproduce.best_run(*self.spec("dpsgd", dataset, epsilon), self.results)
+        if sgd is None:
+            return None
+        C_g = sgd.hyperparameters["C"]
+        if key == "dpdr":   # the DP-SGD phase at the best DP-SGD settings (App. A.1)
+            return base, product(lr=[sgd.lr], C_perp=self.C_perp_grid, C_alpha=self.C_alpha_grid, C_g=[C_g],
+                                 s=[int(self.s)], sigma_alpha_ratio=[self.ratio_of(dataset, epsilon)])
+        if key == "diff":
+            return base, product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g])
+        return base, product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g],
+                             restart_every=[int(self.diff2_restart_every)])
+
+    # -- run mode ------------------------------------------------------------------------------------------------
+
+    def table_runs(self) -> list[Experiment]:
+        """The runs of the selected cells that can be trained now (DP-SGD's grid for a cell that waits for it)."""
+        runs = []
+        for dataset, epsilon, key in self.cells:
+            try:
+                found = self.spec(key, dataset, epsilon)
+                if found is None:   # waits for DP-SGD's best point: train DP-SGD's grid first
+                    runs += reproduce.search(*self.spec("dpsgd", dataset, epsilon))
+                else:
+                    runs += reproduce.cell_runs(*found, self.seeds, self.results)
+            except ValueError as err:   # a method that cannot run at this noise; the table says why
+                print(f"{label(key)} on {dataset} at epsilon {epsilon:g} is unreachable: {str(err).splitlines()[0]}")
+        return runs
+
+    def wanted(self) -> list[Experiment]:
+        """What run mode trains now: :meth:`table_runs`, and Fig. 6's points (``run_figure6``) once they exist."""
+        runs = self.table_runs()
+        if self.run_figure6 and (self.fig_dataset, float(self.fig6_epsilon)) in {(d, e) for d, e, _ in self.cells}:
+            points, _ = self.figure6_points()
+            keys = {k for _, _, k in self.cells}
+            runs += [run for (_, key), pts in points.items() if key in keys for _, run in pts]
+        return runs
+
+    def run(self) -> dict:
+        """Train the selected cells (grids, re-runs of their best points, what those unlock), round after round."""
+        return reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
+                                          data_root=self.data, download=self.download)
+
+    def feasible(self, run: Experiment) -> str | None:
+        """None if the run's method can run at its noise, else the reason (a DPDR s whose GDR steps exceed the
+        budget)."""
+        if run.key() not in self._feasible:
+            try:
+                reproduce.search(run, [{}])   # plans the run and builds its method at the plan's noise
+                self._feasible[run.key()] = None
+            except ValueError as err:
+                self._feasible[run.key()] = str(err).splitlines()[0]
+        return self._feasible[run.key()]
+
+    def figure6_points(self) -> tuple[dict, list[str]]:
+        """{(panel, key): [(x, run), ...]} at the best Table 1 grid points on fig_dataset, and notes on what is
+        missing."""
+        epsilon, best, notes = float(self.fig6_epsilon), {}, []
+        for key in ("dpdr", "dpsgd"):
+            try:
+                found = self.spec(key, self.fig_dataset, epsilon)
+                best[key] = None if found is None else reproduce.best_run(*found, self.results)
+            except ValueError as err:
+                best[key], notes = None, notes + [f"{label(key)}: {str(err).splitlines()[0]}"]
+            if best[key] is None:
+                notes.append(f"{label(key)}: waits for Table 1's grid on {self.fig_dataset} at ε = {epsilon:g}")
+        seeds = range(int(self.fig6_seeds))
+        points = {}
+        for key, run in best.items():
+            if run is not None:
+                points[("B", key)] = [(B, run.replace(batch_size=int(B), seed=sd))
+                                      for B in listing(self.fig6_batch_sizes) for sd in seeds]
+        if best["dpdr"] is not None:
+            run = best["dpdr"]
+            points[("C_alpha", "dpdr")] = [
+                (c, run.replace(hyperparameters={**run.hyperparameters, "C_alpha": c}, seed=sd))
+                for c in listing(self.fig6_C_alpha, clean_float) for sd in seeds]
+            points[("s", "dpdr")] = [
+                (int(v), run.replace(hyperparameters={**run.hyperparameters, "s": int(v)}, seed=sd))
+                for v in listing(self.fig6_s) for sd in seeds]
+        for panel, pts in points.items():
+            keep = []
+            for x, run in pts:
+                reason = self.feasible(run)
+                if reason is None:
+                    keep.append((x, run))
+                elif f"{panel[0]} = {x}" not in " ".join(notes):
+                    notes.append(f"{label(panel[1])} at {panel[0]} = {x}: {reason}")
+            points[panel] = keep
+        return points, notes
+
+    # -- what the chapter shows ------------------------------------------------------------------------------------
+
+    def noise_table(self) -> str:
+        """Per selected (dataset, epsilon): N, B, T, q, DP-SGD's sigma, DPDR's three multipliers and Table 2's."""
+        rows = []
+        for dataset, epsilon in dict.fromkeys((d, e) for d, e, _ in self.cells):
+            base = self.base_of("dpsgd", dataset, epsilon)
+            plan = reproduce.plan(base, 1)
+            printed = (table2(dataset, epsilon, q) for q in ("sigma_g", "sigma_perp", "sigma_alpha"))
+            row = {"dataset": f"{dataset} ({models()[dataset]})", "epsilon": f"{epsilon:g}",
+                   "N": reproduce.training_size(base), "B": base.batch_size, "T": plan.steps,
+                   "q": f"{plan.sample_rate:.5f}", "sigma": f"{plan.sigma:.4f}",
+                   "paper": " / ".join(f"{v:g}" if v is not None else "–" for v in printed)}
+            try:
+                ratio = self.ratio_of(dataset, epsilon)
+                dpdr = METHODS["dpdr"].from_plan(plan, C_perp=1.0, C_alpha=1.0, C_g=1.0, s=int(self.s),
+                                                 sigma_alpha_ratio=ratio)
+                row["dpdr"] = f"{dpdr.sigma_g:.4f} / {dpdr.sigma_perp:.4f} / {dpdr.sigma_alpha:.4f}"
+            except ValueError as err:
+                row["dpdr"] = "unreachable: " + str(err).splitlines()[0][:80]
+            rows.append(row)
+        return results.markdown_table(
+            rows, ["dataset", "epsilon", "N", "B", "T", "q", "sigma", "dpdr", "paper"],
+            ["dataset (model)", "ε", "N", "B", "T (steps)", "q", "σ (DP-SGD, ours)",
+             f"DPDR σ_g / σ_⊥ / σ_α (ours, s = {self.s})", "Table 2: σ_g / σ_⊥ / σ_α"])
+
+    @functools.cached_property
+    def summaries(self) -> dict[tuple, dict]:
+        """:func:`dpbook.repro.reproduce.summarise` of every selected cell (or why it waits or is unreachable)."""
+        return {cell: reproduce.summary_or_unreachable(lambda: self.spec(cell[2], cell[0], cell[1]), self.seeds,
+                                                       self.results)
+                for cell in self.cells}
+
+    def summary(self, dataset: str, epsilon: float, key: str) -> dict:
+        """A cell's summary: the selected cell's, else read from the result files (a figure's unselected cell)."""
+        info = self.summaries.get((dataset, float(epsilon), key))
+        if info is None:
+            info = reproduce.summary_or_unreachable(lambda: self.spec(key, dataset, float(epsilon)), self.seeds,
+                                                    self.results)
+        return info
+
+    @staticmethod
+    def chosen(run: Experiment | None) -> str:
+        """The learning rate and bounds of a cell's chosen point."""
+        if run is None:
+            return ""
+        hp = {k: v for k, v in run.hyperparameters.items() if k not in ("sigma_alpha_ratio",)}
+        return f"lr {run.lr:g}, " + ", ".join(f"{k} {v:g}" for k, v in hp.items())
+
+    def table(self) -> str:
+        """Table 1, paper vs reproduced, with each cell's status, chosen point and noise multiplier."""
+        table1, names = paper_tables()[0], list(models())
+        order = {k: i for i, k in enumerate(ROWS)}
+        cells = [dict(epsilon=e, method=label(k), dataset=f"{d} ({models()[d]})", key=(d, e, k))
+                 for d, e, k in sorted(self.cells, key=lambda c: (c[1], order[c[2]], names.index(c[0])))]
+        compared = results.compare(cells, reproduced=lambda c: self.summaries[c["key"]]["values"],
+                                   paper=lambda c: paper_row(*c["key"]))
+        for row in compared:
+            info = self.summaries[row["key"]]
+            row.update(status=info["status"], chosen=self.chosen(info["best"]),
+                       sigma="" if info["sigma"] is None else f"{info['sigma']:.4f}")
+        columns = ["epsilon", "method", "dataset", "paper", "reproduced", "difference", "status", "chosen", "sigma"]
+        return (f"**{table1['title']}** ({table1['source']}; {table1['statistic']})\n\n" + results.markdown_table(
+            compared, columns,
+            ["ε", "method", "dataset (model)", "paper (%)", "reproduced (%)", "difference", "status", "chosen", "σ"])
+            + reproduce.stand_in_note(self.stand_ins))
+
+    # -- Fig. 5 ----------------------------------------------------------------------------------------------------
+
+    def convergence(self) -> dict[str, dict]:
+        """Per method with records on fig_dataset at fig5_epsilon: the mean curves (step, accuracy in %, epsilon
+        spent, test loss) of its chosen point's re-runs, and their number."""
+        keys = [k for k in ROWS if k in {c for _, _, c in self.cells}] or list(ROWS)
+        curves = {}
+        for key in keys:
+            records = self.summary(self.fig_dataset, float(self.fig5_epsilon), key)["records"]
+            if records:
+                curves[key] = {"steps": mean_curve(records, "step"), "acc": 100 * mean_curve(records, "test_accuracy"),
+                               "eps": mean_curve(records, "epsilon"), "loss": mean_curve(records, "test_loss"),
+                               "n": len(records)}
+        return curves
+
+    def fig5_figure(self) -> plt.Figure:
+        """Fig. 5: test accuracy against the step (a) and the epsilon spent (b), test loss against the step (c)."""
+        fig, (ax_a, ax_b, ax_c) = plt.subplots(3, 1, figsize=(8, 11), layout="constrained")
+        title = f"{self.fig_dataset}, {models()[self.fig_dataset]}, ε = {float(self.fig5_epsilon):g}"
+        level = float(self.fig5_accuracy_level)
+        axes(f"(a) Test accuracy during training\n{title}", "step (optimizer updates)", "test accuracy (%)", ax=ax_a)
+        axes(f"(b) Test accuracy against the privacy spent\n{title}", "ε spent so far (RDP, δ as in Table 1)",
+             "test accuracy (%)", ax=ax_b)
+        axes(f"(c) Test loss (the paper: training loss)\n{title}", "step (optimizer updates)",
+             "test loss (cross-entropy, nats)", ax=ax_c)
+        curves = self.convergence()
+        for key, c in curves.items():
+            name = f"{label(key)} (n={c['n']})"
+            ax_a.plot(c["steps"], c["acc"], marker=".", label=name, **line_style(key))
+            ax_b.plot(c["eps"], c["acc"], marker=".", label=name, **line_style(key))
+            ax_c.plot(c["steps"], c["loss"], marker=".", label=name, **line_style(key))
+        ax_b.axhline(level, color="0.4", lw=1, ls=":", label=f"{level:g}% level")
+        for ax in (ax_a, ax_b, ax_c):
+            if curves:
+                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+            else:
+                annotate_empty(ax)
+        return fig
+
+    def fig5_table(self) -> str:
+        """Per method of Fig. 5: the epsilon spent when its mean accuracy first reaches fig5_accuracy_level, its final
+        accuracy and epsilon; or why there is nothing to show."""
+        level = float(self.fig5_accuracy_level)
+        reach = [{"method": label(key), "eps": crossing(c["eps"], c["acc"], level) or "not reached",
+                  "final": f"{c['acc'][-1]:.2f}", "spent": f"{c['eps'][-1]:.3f}"}
+                 for key, c in self.convergence().items()]
+        if not reach:
+            return (f"Fig. 5: no Table 1 run on {self.fig_dataset} at epsilon {float(self.fig5_epsilon):g} yet "
+                    f"(not run yet)")
+        return results.markdown_table(
+            reach, ["method", "eps", "final", "spent"],
+            ["method", f"ε spent when the mean accuracy first reaches {level:g}%", "final accuracy (%)",
+             "ε spent at the end"])
+
+    # -- Fig. 6 ----------------------------------------------------------------------------------------------------
+
+    def fig6_figure(self) -> plt.Figure:
+        """Fig. 6: final test accuracy against B (a), DPDR's C_alpha (b) and s (c), DP-SGD's Table 1 cell as a band."""
+        points, _ = self.figure6_points()
+        dpsgd_values = self.summary(self.fig_dataset, float(self.fig6_epsilon), "dpsgd")["values"]
+        reference = 100 * np.array(dpsgd_values) if dpsgd_values else None
+
+        fig, panels = plt.subplots(3, 1, figsize=(8, 11), layout="constrained")
+        where = f"{self.fig_dataset}, {models()[self.fig_dataset]}, ε = {float(self.fig6_epsilon):g}"
+        titles = {"B": (f"(a) Expected batch size\n{where}", "expected batch size B (log scale)"),
+                  "C_alpha": (f"(b) DPDR's coefficient bound\n{where}",
+                              "C_α (clipping bound of the coefficients, log scale)"),
+                  "s": (f"(c) DPDR's GDR length\n{where}", "s (last GDR step, log scale)")}
+        for ax, (panel, (title, xlabel)) in zip(panels, titles.items()):
+            axes(title, xlabel, "final test accuracy (%)", ax=ax)
+            ax.set_xscale("log", base=2 if panel == "B" else 10)
+            drawn = 0
+            for key in ("dpdr", "dpsgd"):
+                measured = {}
+                for x, run in points.get((panel, key), []):
+                    if run.path(self.results).exists():
+                        record = results.read_result(run.path(self.results))
+                        measured.setdefault(x, []).append(100 * results.final_metric(record))
+                if not measured:
+                    continue
+                drawn += 1
+                xs = sorted(measured)
+                stats = [results.mean_std(measured[x]) for x in xs]
+                ax.errorbar(xs, [m for m, _, _ in stats], yerr=[0.0 if n == 1 else sd for _, sd, n in stats],
+                            marker="o", capsize=3, label=label(key), **line_style(key))
+            if panel != "B" and reference is not None:
+                ref_mean, ref_std, ref_n = results.mean_std(reference)
+                half = 0.0 if ref_n == 1 else ref_std
+                ax.axhspan(ref_mean - half, ref_mean + half, color="0.6", alpha=0.3)
+                ax.axhline(ref_mean, color=method_colour("dpsgd"), lw=1, label=f"DP-SGD, Table 1 (n={ref_n})")
+                drawn += 1
+            if drawn:
+                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+            else:
+                annotate_empty(ax)
+        return fig
+
+    def fig6_notes(self) -> list[str]:
+        """What Fig. 6 is missing: a method whose Table 1 grid is not done, a point that cannot run at its noise."""
+        return self.figure6_points()[1]

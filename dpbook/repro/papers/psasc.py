@@ -1,0 +1,269 @@
+r"""Reproducing DP-PSASC (Huang et al.): Table III, with Table II's settings, learning curves and learning rates.
+
+A cell of Table III is one (benchmark, method). It is a base :class:`~dpbook.repro.experiment.Experiment` at Table
+II's setting (protocol "none") and a grid of learning rates times the method's own points (C and r from Table II,
+s from Table III, DP-PSASC*'s momentum constants [F-15]); :mod:`dpbook.repro.reproduce` trains grid point i with
+seed i and re-trains the best point with seeds 0..n-1.
+
+The paper gives no learning rate [F-29]. The grid is one of effective learning rates
+:math:`\eta_\mathrm{eff} = \mathrm{lr}\cdot\Delta/\gamma_1` (``lr_scaling="sensitivity"``), so that every method
+moves its weights by steps of the same size whatever its sensitivity :math:`\Delta`.
+
+On MNIST (C = 0.3, s = 0.9), DP-SGD's sensitivity is C and DP-PSASC's C/s, so eta_eff = 1 is two learning rates:
+
+>>> rep = Reproduction(datasets=["mnist"], methods=["dpsgd", "psasc"], lr_grid=[1.0])
+>>> [rep.spec("mnist", method)[1] for method in ("dpsgd", "psasc")]
+[[{'lr': 3.33333, 'C': 0.3}], [{'lr': 3.0, 'C': 0.3, 'r': 0.0001, 's': 0.9}]]
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from dpbook.methods import METHODS
+from dpbook.repro import reproduce, results
+from dpbook.repro.experiment import Experiment
+from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.params import check_known, clean_float, listing, per_dataset
+from dpbook.repro.plotting import annotate_empty, axes, method_colour
+
+STUDY = "psasc"
+#: Table III's columns, as the chapter labels them.
+LABELS = {"dpsgd": "DP-SGD", "autos": "Auto-S/NSGD", "psac": "DP-PSAC", "psasc": "DP-PSASC",
+          "psasc-momentum": "DP-PSASC*"}
+
+
+@functools.cache
+def paper_tables() -> tuple[dict, dict]:
+    """Table II (the settings) and Table III (the accuracies), as transcribed in ``data/paper``."""
+    return results.load_paper_table("psasc_table2"), results.load_paper_table("psasc_table3")
+
+
+def settings() -> dict[str, dict]:
+    """Table II's row of each benchmark: model, N, B, epochs, (epsilon, delta), C, r."""
+    return {row["dataset"]: row for row in paper_tables()[0]["rows"]}
+
+
+@functools.cache
+def sensitivity(method: str, point: tuple) -> float:
+    """The L2 sensitivity of one step of ``method`` at the hyperparameters ``point`` (sorted items)."""
+    m = METHODS[method](sigma=1.0, **dict(point))
+    m.bind([torch.zeros(1)], expected_batch_size=1)
+    return m.sensitivity()
+
+
+@dataclass
+class Reproduction(Chapter):
+    """The chapter's parameters (see the notebook's parameters cell for each one's meaning), and its cells."""
+
+    datasets: list[str] = field(default_factory=lambda: ["mnist", "fashionmnist", "cifar10-simclr", "celeba",
+                                                         "imagenette"])
+    methods: list[str] = field(default_factory=lambda: list(LABELS))
+    seeds: int = 5
+    epochs: int | dict[str, int] | None = None
+    batch_size: int | dict[str, int] | None = None
+    micro_batch_size: int | dict[str, int] | None = None
+    paper_N: list[str] = field(default_factory=lambda: ["fashionmnist"])
+    s: float | None = None
+    optimizer: str = "sgd"
+    lr_grid: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
+    lr_scaling: str = "sensitivity"
+    lr_grids: dict[str, list[float]] = field(default_factory=dict)
+    momentum_grid: list[dict] = field(default_factory=lambda: [{"K0": 2, "gamma0": 0.5, "gamma1": 0.5}])
+    cells: list[tuple[str, str]] | None = None
+    jobs: int = 1
+    curve_datasets: list[str] | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.seeds = int(self.seeds)
+        if self.cells is None:
+            self.cells = [(d, m) for d in listing(self.datasets) for m in listing(self.methods)]
+        else:
+            self.cells = [tuple(listing(c)) for c in listing(self.cells)]
+        check_known("benchmark(s)", [d for d, _ in self.cells], settings())
+        check_known("method(s)", [m for _, m in self.cells], LABELS)
+        if self.lr_scaling not in ("sensitivity", "none"):
+            raise ValueError(f'lr_scaling must be "sensitivity" or "none", got {self.lr_scaling!r}')
+        self.curve_sets = (listing(self.curve_datasets) if self.curve_datasets is not None
+                           else list(dict.fromkeys(d for d, _ in self.cells)))
+        check_known("benchmark(s) in curve_datasets", self.curve_sets, settings())
+
+    # -- a cell as runs ------------------------------------------------------------------------------------------
+
+    def s_of(self, dataset: str) -> float:
+        """DP-PSASC's s: the parameter, else the one Table III prints for the benchmark."""
+        if self.s is not None:
+            return clean_float(self.s)
+        return clean_float(results.paper_rows(paper_tables()[1], dataset=dataset, method="psasc")[0]["s"])
+
+    def base_of(self, dataset: str, method: str) -> Experiment:
+        st = settings()[dataset]
+        exp = Experiment(study=STUDY, dataset=dataset, model=st["model"], method=method, epsilon=float(st["epsilon"]),
+                         delta=float(st["delta"]), epochs=int(per_dataset(self.epochs, dataset, st["epochs"])),
+                         batch_size=int(per_dataset(self.batch_size, dataset, st["batch_size"])),
+                         optimizer=self.optimizer, lr=1.0, protocol="none",
+                         train_size=int(st["N"]) if dataset in listing(self.paper_N) else None, smoke=bool(self.smoke),
+                         micro_batch_size=per_dataset(self.micro_batch_size, dataset, None))
+        return reproduce.stand_in(exp, self.stand_ins)
+
+    def points(self, dataset: str, method: str) -> list[dict]:
+        """The method's own hyperparameters: C and r from Table II, s from Table III, DP-PSASC*'s momentum grid."""
+        C, r = clean_float(settings()[dataset]["C"]), clean_float(settings()[dataset]["r"])
+        own = {"dpsgd": {"C": C}, "autos": {"gamma": r}, "psac": {"C": C, "r": r},
+               "psasc": {"C": C, "r": r, "s": self.s_of(dataset)}}
+        if method in own:
+            return [own[method]]
+        return [{**own["psasc"], "K0": int(p["K0"]), "gamma0": clean_float(p["gamma0"]),
+                 "gamma1": clean_float(p["gamma1"])} for p in listing(self.momentum_grid)]
+
+    def eta_grid(self, dataset: str) -> list[float]:
+        return listing(per_dataset(self.lr_grids, dataset, None) or self.lr_grid, clean_float)
+
+    def lr_of(self, method: str, point: dict, eta: float) -> float:
+        """The learning rate of grid value ``eta``: eta itself, or eta * gamma1 / sensitivity."""
+        if self.lr_scaling == "none":
+            return clean_float(eta)
+        return clean_float(eta * point.get("gamma1", 1.0) / sensitivity(method, tuple(sorted(point.items()))))
+
+    def eta_of(self, run: Experiment) -> float:
+        """The grid value (effective learning rate) of a run: the inverse of :meth:`lr_of`."""
+        if self.lr_scaling == "none":
+            return run.lr
+        point = dict(run.hyperparameters)
+        return clean_float(run.lr * sensitivity(run.method, tuple(sorted(point.items()))) / point.get("gamma1", 1.0))
+
+    def spec(self, dataset: str, method: str) -> tuple[Experiment, list[dict]]:
+        """(base, grid) of a Table III cell: every learning rate of the grid x every hyperparameter point."""
+        grid = [{"lr": self.lr_of(method, point, eta), **point}
+                for point in self.points(dataset, method) for eta in self.eta_grid(dataset)]
+        return self.base_of(dataset, method), grid
+
+    # -- run mode ------------------------------------------------------------------------------------------------
+
+    def wanted(self) -> list[Experiment]:
+        return [run for cell in self.cells for run in reproduce.cell_runs(*self.spec(*cell), self.seeds, self.results)]
+
+    def run(self) -> dict:
+        """Train the selected cells (grids, then the re-runs of their best points), round after round."""
+        return reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
+                                          data_root=self.data, download=self.download)
+
+    # -- what the chapter shows ------------------------------------------------------------------------------------
+
+    def settings_table(self) -> str:
+        """Table II's settings of the selected benchmarks, what they imply (T, q, sigma) and each method's lrs."""
+        rows = []
+        for dataset in dict.fromkeys(d for d, _ in self.cells):
+            st, base = settings()[dataset], self.base_of(dataset, "dpsgd")
+            plan = reproduce.plan(base, 1)
+            row = {"benchmark": f"{dataset} ({st['model']})", "N": f"{st['N']} / {reproduce.training_size(base)}",
+                   "B": base.batch_size, "epochs": base.epochs, "T": plan.steps, "q": f"{plan.sample_rate:.5f}",
+                   "C": f"{st['C']:g}", "r": f"{st['r']:g}", "s": f"{self.s_of(dataset):g}",
+                   "budget": f"({st['epsilon']:g}, {st['delta']:g})", "sigma": f"{plan.sigma:.4f}"}
+            for method in LABELS:
+                row[method] = ", ".join(f"{lr:.3g}" for lr in sorted({p["lr"] for p in self.spec(dataset, method)[1]}))
+            rows.append(row)
+        return results.markdown_table(
+            rows, ["benchmark", "N", "B", "epochs", "T", "q", "C", "r", "s", "budget", "sigma", *LABELS],
+            ["benchmark (model)", "N (Table II / used)", "B", "epochs", "T (steps)", "q", "C", "r", "s (Table III)",
+             "(ε, δ)", "σ", *(f"lr {LABELS[m]}" for m in LABELS)])
+
+    @functools.cached_property
+    def summaries(self) -> dict[tuple, dict]:
+        """:func:`dpbook.repro.reproduce.summarise` of every selected cell (or why it is unreachable)."""
+        return {cell: reproduce.summary_or_unreachable(lambda: self.spec(*cell), self.seeds, self.results)
+                for cell in self.cells}
+
+    def chosen(self, run: Experiment | None) -> str:
+        if run is None:
+            return ""
+        text = f"lr {run.lr:.3g} (η_eff {self.eta_of(run):g})"
+        if run.method == "psasc-momentum":
+            text += ", " + ", ".join(f"{k} {run.hyperparameters[k]:g}" for k in ("K0", "gamma0", "gamma1"))
+        return text
+
+    def table(self) -> str:
+        """Table III, paper vs reproduced, with each cell's status and chosen learning rate."""
+        table3 = paper_tables()[1]
+        cells = [dict(benchmark=f"{d} ({settings()[d]['model']})", method=LABELS[m],
+                      s=f"{self.s_of(d):g}" if m.startswith("psasc") else "", key=(d, m)) for d, m in self.cells]
+
+        def paper_row(c):
+            rows = results.paper_rows(table3, dataset=c["key"][0], method=c["key"][1])
+            return rows[0] if rows else None
+
+        compared = results.compare(cells, reproduced=lambda c: self.summaries[c["key"]]["values"], paper=paper_row)
+        for row in compared:
+            info = self.summaries[row["key"]]
+            row.update(status=info["status"], chosen=self.chosen(info["best"]))
+        return (f"**{table3['title']}** ({table3['source']}; {table3['statistic']})\n\n" + results.markdown_table(
+            compared, ["benchmark", "method", "s", "paper", "reproduced", "difference", "status", "chosen"],
+            ["benchmark (model)", "method", "s", "paper (%)", "reproduced (%)", "difference", "status", "chosen"])
+            + reproduce.stand_in_note(self.stand_ins))
+
+    def curves(self, dataset: str) -> tuple[dict, dict]:
+        """Per method: the chosen point's per-epoch test accuracy (a row per re-run), and (eta_eff, final accuracy)
+        of every recorded grid run, grouped by hyperparameter point."""
+        curves, sweeps = {}, {}
+        for method in LABELS:
+            if self.curve_datasets is None and (dataset, method) not in self.cells:
+                continue
+            try:
+                base, grid = self.spec(dataset, method)
+                info = self.summaries.get((dataset, method)) or reproduce.summarise(base, grid, self.seeds,
+                                                                                     self.results)
+                runs = reproduce.search(base, grid)
+            except ValueError:
+                continue
+            if info["records"]:
+                curves[method] = (np.array(info["records"][0]["epochs"]["epoch"]),
+                                  np.array([[100 * float(v) for v in r["epochs"]["test_accuracy"]]
+                                            for r in info["records"]]))
+            for run in runs:
+                if run.path(self.results).exists():
+                    point = tuple(sorted(run.hyperparameters.items()))
+                    sweeps.setdefault(method, {}).setdefault(point, []).append(
+                        (self.eta_of(run), 100 * results.final_metric(results.read_result(run.path(self.results)))))
+        return curves, sweeps
+
+    def curves_figure(self) -> plt.Figure:
+        """Learning curves (left) and the final accuracy of every grid point against its learning rate (right), one
+        row per benchmark with results."""
+        data = {d: self.curves(d) for d in self.curve_sets}
+        shown = [d for d in self.curve_sets if data[d][0] or data[d][1]]
+        fig, grid_axes = plt.subplots(max(1, len(shown)), 2, figsize=(9.5, 4.4 * max(1, len(shown))), squeeze=False,
+                                      layout="constrained")
+        for (ax_curve, ax_lr), dataset in zip(grid_axes, shown or [None]):
+            if dataset is None:
+                where = "no result files yet for\n" + ", ".join(self.curve_sets)
+            else:
+                st = settings()[dataset]
+                where = f"{dataset}, {st['model']}, (ε, δ) = ({st['epsilon']:g}, {st['delta']:g})"
+            axes(f"Test accuracy per epoch, chosen points\n{where}", "epoch", "test accuracy (%)", ax=ax_curve)
+            axes(f"Final test accuracy of every grid point\n{where}", "η_eff = lr · sensitivity / γ1 (log scale)"
+                 if self.lr_scaling == "sensitivity" else "learning rate (log scale)", "final test accuracy (%)",
+                 ax=ax_lr)
+            ax_lr.set_xscale("log")
+            curves, sweeps = data[dataset] if dataset is not None else ({}, {})
+            for method, (epoch, acc) in curves.items():
+                ax_curve.plot(epoch, acc.mean(0), marker=".", color=method_colour(method),
+                              label=f"{LABELS[method]} (n={len(acc)})")
+                if len(acc) > 1:
+                    ax_curve.fill_between(epoch, acc.mean(0) - acc.std(0, ddof=1), acc.mean(0) + acc.std(0, ddof=1),
+                                          color=method_colour(method), alpha=0.15)
+            for method, by_point in sweeps.items():
+                for i, pts in enumerate(by_point.values()):  # a line per hyperparameter point (DP-PSASC*'s grid)
+                    ax_lr.plot(*zip(*sorted(pts)), marker="o", color=method_colour(method),
+                               alpha=1.0 if i == 0 else 0.5, label=LABELS[method] if i == 0 else None)
+            for ax, drawn in ((ax_curve, curves), (ax_lr, sweeps)):
+                if drawn:
+                    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+                else:
+                    annotate_empty(ax)
+        return fig
