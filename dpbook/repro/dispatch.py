@@ -26,6 +26,7 @@ job arrays do natively (queueing, time limits, preemption and requeue), with no 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import signal
 import subprocess
@@ -228,8 +229,23 @@ def executed_without_error(notebook: str | Path) -> bool:
 
 
 def sweep_folder(root: str | Path) -> Path:
-    """Where a sweep started now keeps its manifest and job logs: ``<root>/.sweeps/<UTC time>``."""
-    return Path(root) / ".sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    """A new folder where a sweep started now keeps its manifest and job logs: ``<root>/.sweeps/<UTC time>``, with
+    ``-2``, ``-3``, ... when sweeps into the same root start in the same second (each keeps its own manifest).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     first, second = sweep_folder(root), sweep_folder(root)
+    ...     print(first != second, first.is_dir() and second.is_dir())
+    True True
+    """
+    base = Path(root) / ".sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    for n in itertools.count(1):
+        folder = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
 
 
 # ----------------------------------------------------------------------------------------------------------------
