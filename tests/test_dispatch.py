@@ -4,6 +4,7 @@ jobs here; a preemption by a real signal, a requeue, and a resume from the run's
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import time
@@ -72,39 +73,39 @@ def cluster(tmp_path, monkeypatch):
             fake_slurm.scancel([job["key"]])
 
 
-def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, cluster):
-    """A 2 x 2 grid goes out as one job array; one task is preempted mid-training (the signal submitit asks SLURM
-    for), saves its checkpoint after the current step, is requeued, resumes there, and every result file lands."""
+def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, cluster, capsys):
+    """A 2 x 2 grid goes out through the sweep's SLURM executor as one job array; one task is preempted
+    mid-training (the signal submitit asks SLURM for), saves its checkpoint after the current step, is requeued
+    (``status`` shows it), resumes there, and every result file lands."""
     # the third run is long enough to be caught while it trains
     long = [exp.replace(epochs=15, batch_size=32) if i == 2 else exp for i, exp in enumerate(GRID)]
     options = dispatch.SlurmOptions(partition="fake", time_min=60, array_parallelism=4)
-    folder = tmp_path / "sweep"
-    todo = list(long)
-    run_kwargs = {"results_dir": str(tmp_path / "results"), "device": "cpu", "checkpoint_every": 10_000}
-    manifest = dispatch.Manifest.new(folder, "slurm", run_kwargs["results_dir"], run_kwargs, options, todo)
-    submitted = dispatch.submit(todo, kind="slurm", folder=folder, slurm=options, run_kwargs=run_kwargs,
-                                run=sweep.run_one)
-    manifest.record_jobs([([exp.key() for exp in group], job) for group, job in submitted])
-    assert len({job.job_id.split("_")[0] for _, job in submitted}) == 1  # one array
+    folder, results_dir = tmp_path / "sweep", tmp_path / "results"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the sweep follows its jobs; this test preempts one
+        sweep_done = pool.submit(sweep.run_all, long, executor="slurm", slurm=options, sweep_dir=folder,
+                                 results_dir=str(results_dir), device="cpu", checkpoint_every=10_000, progress=False)
+        manifest = folder / "manifest.json"
+        checkpoint = results_dir / ".checkpoints" / "dispatch" / f"{long[2].path().stem}.pt"
+        deadline = time.time() + 120
+        while time.time() < deadline and not (checkpoint.exists() and manifest.exists()
+                                              and dispatch.Manifest.read(manifest).entries[2]["job"]):
+            time.sleep(0.1)  # the third task has done its first epoch: it is training
+        victim = submitit.SlurmJob(folder=folder, job_id=dispatch.Manifest.read(manifest).entries[2]["job"])
+        victim._interrupt(timeout=False)  # scancel --signal SIGTERM, then USR2: what SLURM does before a preemption
+        while time.time() < deadline and cluster.resolve(victim.job_id)[0]["restarts"] == 0:
+            time.sleep(0.05)
+        assert sweep.main(["status", str(manifest)]) == 1  # requeued, not done yet: status shows it
+        row = next(line for line in capsys.readouterr().out.splitlines() if victim.job_id in line)
+        assert long[2].path().name in row and any(state in row for state in ("requeued", "pending", "running"))
+        summary = sweep_done.result(timeout=300)
+
+    assert (summary["done"], summary["failed"]) == (4, [])
     script = next(folder.glob("*_submission.sh")).read_text()
-    assert "#SBATCH --array=0-3%4" in script and "#SBATCH --partition=fake" in script
-
-    victim_group, victim = submitted[2]
-    checkpoint = Path(run_kwargs["results_dir"]) / ".checkpoints" / "dispatch" / f"{victim_group[0].path().stem}.pt"
-    deadline = time.time() + 120
-    while time.time() < deadline and not checkpoint.exists():  # its first epoch is done: it is training
-        time.sleep(0.1)
-    victim._interrupt(timeout=False)  # scancel --signal SIGTERM, then USR2: what SLURM does before a preemption
-
-    outcomes = []
-    labelled = [([str(exp.path(run_kwargs["results_dir"])) for exp in group], job) for group, job in submitted]
-    dispatch.collect(labelled, lambda *o: outcomes.append(o), poll_s=0.5)
-    assert [error for _, _, error in outcomes] == [None] * 4, outcomes
-    records = [results.read_result(exp.path(run_kwargs["results_dir"])) for exp in long]
+    assert "#SBATCH --array=0-3%4" in script and "#SBATCH --partition=fake" in script  # one array
+    records = [results.read_result(exp.path(results_dir)) for exp in long]
     assert [r["resumed"] for r in records] == [False, False, True, False]
     assert cluster.resolve(victim.job_id)[0]["restarts"] == 1
-    states = dispatch.Manifest.read(manifest.path).states()
-    assert [row["state"] for row in states] == ["done"] * 4 and states[2]["job"] == victim.job_id
+    assert sweep.main(["status", str(manifest)]) == 0 and "4 run(s), done 4" in capsys.readouterr().out
     assert not checkpoint.exists()  # deleted once the result was written
     assert "stopped at step" in victim.stderr()  # saved after its current step, not at an epoch's end
 

@@ -1,7 +1,8 @@
 """Write the two cells every notebook in notebooks/ shares (idempotent):
 
 - dpbook.repro.colab.SETUP_CELL as the first code cell (Colab set-up), and
-- dpbook.repro.params.CHECK_CELL right after the cell tagged ``parameters`` (papermill's injected cell goes between them),
+- dpbook.repro.params.CHECK_CELL right after the cell tagged ``parameters`` (papermill's injected cell goes between
+  them),
 
 both tagged ``remove-cell``: they matter on Colab and under papermill, not in the rendered book.
 

@@ -1,7 +1,8 @@
 r"""What a benchmark chapter shows: its cells, tables, figures and verdicts on the papers' claims.
 
-The chapters of :data:`dpbook.repro.digits_benchmark.BENCHMARK` and :data:`dpbook.repro.mnist5k_benchmark.BENCHMARK` render
-their result files through these functions, so that both read their numbers, test the papers' claims and draw
+The chapters of :data:`dpbook.repro.digits_benchmark.BENCHMARK` and
+:data:`dpbook.repro.mnist5k_benchmark.BENCHMARK` render their result files through these functions, so that both
+read their numbers, test the papers' claims and draw
 their figures the same way.
 
 A claim is tested with one rule (:func:`verdict`): the difference of two cells' means counts only when it exceeds
@@ -267,7 +268,8 @@ def identical_seeds(the_cells: Cells, group: Sequence[str], epsilons: Sequence[f
         per_method = [the_cells[(m, e, "none")]["values"] for m in group]
         if all(len(v) == seeds for v in per_method):
             equal = sum(len({round(v[i], 9) for v in per_method}) == 1 for i in range(seeds))
-            lines.append(f"eps={e:g}: the {len(group)} methods give identical test accuracy in {equal} of {seeds} seeds")
+            lines.append(f"eps={e:g}: the {len(group)} methods give identical test accuracy in {equal} of {seeds} "
+                         "seeds")
     return lines
 
 

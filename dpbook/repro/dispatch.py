@@ -15,9 +15,9 @@ Three executors (:data:`EXECUTORS`), one call (:func:`dpbook.repro.sweep.run_all
     requeued by submitit, and resumes from that checkpoint.
 
 Every sweep writes a manifest (:class:`Manifest`) under ``<results_dir>/.sweeps/``: each run's key, its result file,
-its job id and log files. ``python -m dpbook.repro.sweep status MANIFEST`` prints what is pending, running, done or
-failed (with the failing line), and ``python -m dpbook.repro.sweep resume MANIFEST`` submits again only what is not done.
-A run's result file is the truth: a finished run is skipped whatever the manifest says.
+its job id and log files. ``python -m dpbook.repro.sweep status MANIFEST`` prints what is pending, running, done
+or failed (with the failing line), and ``python -m dpbook.repro.sweep resume MANIFEST`` submits again only what is
+not done. A run's result file is the truth: a finished run is skipped whatever the manifest says.
 
 Ray is not needed here: the runs are independent batch jobs that each write their own file, which is what SLURM
 job arrays do natively (queueing, time limits, preemption and requeue), with no service to start in an allocation.

@@ -87,7 +87,8 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     ``executor`` (:data:`dpbook.repro.dispatch.EXECUTORS`): ``"local"`` runs ``jobs`` processes at once, each with
     ``threads`` torch threads; ``"debug"`` runs in this process; ``"slurm"`` submits one job array with the
     ``slurm`` options. The manifest goes to ``sweep_dir`` (default ``<results_dir>/.sweeps/<UTC time>``).
-    ``run_kwargs`` go to :func:`dpbook.repro.experiment.run_experiment` (``results_dir``, ``device``, ``data_root``, ...).
+    ``run_kwargs`` go to :func:`dpbook.repro.experiment.run_experiment` (``results_dir``, ``device``,
+    ``data_root``, ...).
     """
     checks.one_of("executor", executor, dispatch.EXECUTORS)
     results_dir = run_kwargs.get("results_dir", results.RESULTS_DIR)

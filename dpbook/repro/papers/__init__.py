@@ -2,7 +2,7 @@
 the tables and figures the chapter shows.
 
 Each module has a ``Reproduction`` whose fields are the chapter's notebook parameters (same names, same defaults:
-``tests/test_papers.py`` checks it; the ones every chapter has are :class:`.chapter.Chapter`'s), so that a chapter reads as its parameters, one call per table or figure, and
-prose: ``notebooks/reproduce_dcsgd.ipynb`` (:mod:`.dcsgd`), ``reproduce_dpdr`` (:mod:`.dpdr`), ``reproduce_psasc``
-(:mod:`.psasc`).
+``tests/test_papers.py`` checks it; the ones every chapter has are :class:`.chapter.Chapter`'s), so that a chapter
+reads as its parameters, one call per table or figure, and prose: ``notebooks/reproduce_dcsgd.ipynb``
+(:mod:`.dcsgd`, :mod:`.dcsgd_figures`), ``reproduce_dpdr`` (:mod:`.dpdr`), ``reproduce_psasc`` (:mod:`.psasc`).
 """
