@@ -110,7 +110,7 @@ def check_segment(segment, index: int) -> Segment:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# RDP orders: Opacus's grid, extended until the optimal order is interior (hygiene rule 9)
+# RDP orders: Opacus's grid, extended until the optimal order is interior (privacy hygiene rule 9)
 # --------------------------------------------------------------------------------------------------------------
 # The RDP -> (epsilon, delta) conversion is a minimum over orders alpha, and it is only as tight as the orders it
 # sees. Opacus's grid stops at alpha = 63; at small delta (tuning protocols reach 1e-17) or large noise the best
@@ -237,7 +237,7 @@ class _PRV(PRVAccountant):
 
 
 def _rdp_checked(history: list[Segment], delta: float) -> float:
-    """The RDP epsilon, refused where the optimal order is at the end of the grown grid (hygiene rule 9)."""
+    """The RDP epsilon, refused where the optimal order is at the end of the grown grid (privacy hygiene rule 9)."""
     opt = rdp_optimum(history, delta)
     if opt.edge == "largest":
         raise ValueError(
@@ -602,10 +602,10 @@ def sigma_delta(sigma: float, sigma_b: float) -> float:
 def sigma_eff(*sigmas: float) -> float:
     r"""Noise multiplier of several Gaussian releases on the same batch: (sum_i sigma_i^-2)^(-1/2).
 
-    DPDR notes Sec. 3.5: the two decomposition releases (sigma_perp, sigma_alpha) share one Poisson batch, so they
-    are one subsampled Gaussian mechanism at sigma_eff, not two independent ones. It inverts the splits:
-    ``sigma_eff(sigma_T(s, h), h) == s`` and ``sigma_eff(sigma_delta(s, b), 2 * b) == s``. A sigma_i of 0 gives 0
-    (no privacy); ``math.inf`` (nothing released) contributes nothing.
+    Privacy hygiene rule 4 (reading DPDR-13): the two decomposition releases (sigma_perp, sigma_alpha) share one
+    Poisson batch, so they are one subsampled Gaussian mechanism at sigma_eff, not two independent ones. It inverts
+    the splits: ``sigma_eff(sigma_T(s, h), h) == s`` and ``sigma_eff(sigma_delta(s, b), 2 * b) == s``. A sigma_i of
+    0 gives 0 (no privacy); ``math.inf`` (nothing released) contributes nothing.
 
     >>> sigma_eff(3.0, 4.0)  # (1/9 + 1/16)^(-1/2) = 12/5
     2.4

@@ -12,8 +12,8 @@ The papers leave constants unspecified (``L``, ``G``, ``c_1``, ``c_2``, the loss
 ``O(.)``); here they are explicit keyword arguments, never defaults hidden inside a formula. Inputs outside a
 theorem's conditions raise a ``ValueError`` (via :mod:`dpbook.checks`).
 
-Flags ``[F-n]`` refer to the engineering notes of each paper (``seed-dcsgd.md`` section 5, ``seed-dpdr.md``
-section 4, ``seed-dppsasc.md`` section 4); every docstring says which reading is implemented.
+Ids in brackets (``[DCSGD-n]``, ``[DPDR-n]``, ``[PSASC-n]``) cite the book's chapter *Readings of the papers*
+(``book/readings.md``); every docstring says which reading is implemented.
 
 Covered: DC-SGD Theorem 3 (Eqs. 9, 22, 23) for DC-SGD-P, DC-SGD-E (Eqs. 10/24, 25); DPDR Lemma 2 and
 Theorem 2; DP-PSASC Theorem 2 (step size, inferred leading term, rate) and Theorem 3 (schedules, rate) and the
@@ -83,7 +83,7 @@ def dcsgd_sigma(T: int, *, q: float, epsilon: float, delta: float, c1: float, c2
     r"""The noise multiplier of DC-SGD's Theorem 3: ``sigma = c_2 q sqrt(T ln(1/delta)) / epsilon``.
 
     The theorem holds "for any ``epsilon < c_1 gamma^2 T``"; we read ``gamma`` as the sampling rate ``q``
-    [F-21], so ``epsilon >= c_1 q^2 T`` is an error. ``c_1`` and ``c_2`` are the unspecified constants of the
+    [DCSGD-21], so ``epsilon >= c_1 q^2 T`` is an error. ``c_1`` and ``c_2`` are the unspecified constants of the
     moments accountant (Abadi et al.); pass them explicitly.
 
     >>> round(dcsgd_sigma(1000, q=0.01, epsilon=0.05, delta=1e-5, c1=1.0, c2=1.0), 4)  # 0.01*sqrt(1000 ln 1e5)/0.05
@@ -91,7 +91,7 @@ def dcsgd_sigma(T: int, *, q: float, epsilon: float, delta: float, c1: float, c2
     >>> dcsgd_sigma(10, q=0.01, epsilon=1.0, delta=1e-5, c1=1.0, c2=1.0)
     Traceback (most recent call last):
     ...
-    ValueError: epsilon must be < c1 q^2 T = 0.001 (Theorem 3's condition [F-21]), got 1.0
+    ValueError: epsilon must be < c1 q^2 T = 0.001 (Theorem 3's condition [DCSGD-21]), got 1.0
     """
     T = checks.integer("T", T)
     q = checks.rate("q", q, "the sampling rate B/N")
@@ -101,7 +101,7 @@ def dcsgd_sigma(T: int, *, q: float, epsilon: float, delta: float, c1: float, c2
     c2 = checks.positive("c2", c2)
     limit = c1 * q * q * T
     if not epsilon < limit:
-        raise ValueError(f"epsilon must be < c1 q^2 T = {limit:g} (Theorem 3's condition [F-21]), got {epsilon!r}")
+        raise ValueError(f"epsilon must be < c1 q^2 T = {limit:g} (Theorem 3's condition [DCSGD-21]), got {epsilon!r}")
     return c2 * q * math.sqrt(T * math.log(1 / delta)) / epsilon
 
 
@@ -143,11 +143,11 @@ def dcsgd_p_theorem3(T: int, eta: float, C, *, p: float, sigma: float, d: int, B
     - ``grad_second_moments``: ``E||g_bar_t||^2`` per step; default ``G^2`` (Eq. 22's bound).
     - ``sigma_H``: ``None`` (default) is the paper's reading, an exact histogram whose privacy cost is
       ignored, so the gradient's multiplier is ``sigma`` (Appendix B; the theorem's text says
-      "``sigma_H = sigma``" [F-20]). A number uses the library's split ``sigma_T = (sigma^-2 - sigma_H^-2)^-1/2``
+      "``sigma_H = sigma``" [DCSGD-20]). A number uses the library's split ``sigma_T = (sigma^-2 - sigma_H^-2)^-1/2``
       and requires ``sigma_H > sigma``.
 
-    The noise is divided by ``B`` (Eq. 14; the definition in Appendix B omits it [F-24]); the clipped
-    fraction is ``P(C_t) = 1 - p`` (exact histogram, Eq. 18); ``sum_{i=1..N}`` [F-27].
+    The noise is divided by ``B`` (Eq. 14; the definition in Appendix B omits it [DCSGD-24]); the clipped
+    fraction is ``P(C_t) = 1 - p`` (exact histogram, Eq. 18); ``sum_{i=1..N}`` [DCSGD-27].
 
     >>> b = dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G=1.0, loss_gap=2.0)
     >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]
@@ -173,8 +173,8 @@ def dcsgd_theorem3_eq22(T: int, eta: float, *, N: int, B: float, epsilon: float,
     .. math:: \le\frac{\Delta}{T\eta}+L\eta G^2+\frac{L\,T\eta\,d\ln(1/\delta)\,c_2^2G^2}{N^2\epsilon^2}+\text{bias}
 
     with ``sigma = c_2 q sqrt(T ln(1/delta))/epsilon``, ``q = B/N`` (so ``sigma^2/B^2 = c_2^2 T ln(1/delta)/(N^2
-    epsilon^2)``) and ``C_t <= G``. The paper prints ``v^2`` for ``c_2^2`` [F-23]. Bias: ``(1-p) G^2`` for P
-    (give ``p``), ``G^2`` for E (``p=None``, Eq. 25). Requires ``epsilon < c_1 q^2 T`` [F-21].
+    epsilon^2)``) and ``C_t <= G``. The paper prints ``v^2`` for ``c_2^2`` [DCSGD-23]. Bias: ``(1-p) G^2`` for P
+    (give ``p``), ``G^2`` for E (``p=None``, Eq. 25). Requires ``epsilon < c_1 q^2 T`` [DCSGD-21].
 
     >>> b = dcsgd_theorem3_eq22(100, 0.1, N=1000, B=100, epsilon=0.5, delta=math.exp(-2), d=50, L=1.0, G=1.0,
     ...                         loss_gap=1.0, c1=1.0, c2=1.0, p=0.5)
@@ -206,7 +206,7 @@ def dcsgd_balanced(*, N: int, epsilon: float, delta: float, d: int) -> Balanced:
     r"""The balanced choice of Eq. 23: ``eta = sqrt(d ln(1/delta))/(N epsilon)``, ``T eta = N epsilon/sqrt(d
     ln(1/delta))``, hence ``T = N^2 epsilon^2/(d ln(1/delta))``; with unit constants the three ``O`` terms of
     Eq. 22 then all equal ``rate = sqrt(d ln(1/delta))/(N epsilon)`` (the bound is ``O(rate) + bias``, Eq. 23/26;
-    Appendix C's "eta = 1/sqrt(T)" does not give this rate [F-25], so we use the main text's choice for E too).
+    Appendix C's "eta = 1/sqrt(T)" does not give this rate [DCSGD-25], so we use the main text's choice for E too).
 
     ``T`` is returned as a real number; round it to steps yourself.
 
@@ -231,7 +231,7 @@ def dcsgd_e_eq10(T: int, eta: float, C, *, sigma: float, d: int, B: float, L: fl
 
     ``grad_norms``: the per-sample norms ``||g_{t,i}||``, shape ``(N,)`` (the same at every step) or ``(T, N)``;
     each must be ``<= G`` (Assumption 2). ``None`` bounds every excess by ``G`` (Eq. 25: bias ``G^2``).
-    The paper's intermediate line of Eq. 24 misplaces the ``t``-sum [F-26]; we sum bias and variance inside it.
+    The paper's intermediate line of Eq. 24 misplaces the ``t``-sum [DCSGD-26]; we sum bias and variance inside it.
     Other arguments as in :func:`dcsgd_p_theorem3`.
 
     >>> b = dcsgd_e_eq10(10, 0.1, 1.0, sigma=2.0, d=4, B=4, L=1.0, G=3.0, loss_gap=1.0, grad_norms=[0.5, 2.0, 3.0])
@@ -295,12 +295,12 @@ def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d
     Terms: ``second_moment = rho gamma'/2 (2 C_perp^2 + 2 C_alpha^2)``; ``noise = rho gamma'/2 (d C_perp^2
     sigma_perp^2 + m C_alpha^2 sigma_alpha^2)``; ``clipping_bias`` the ``15/4`` term. ``P_perp``, ``P_alpha`` are
     the probabilities that clipping is *active* (the theorem's convention; the appendix uses the complement and
-    the printed ``P_parallel`` has ``grad L_perp`` inside [F-17]); they and ``tau_*`` may be numbers (stationary)
+    the printed ``P_parallel`` has ``grad L_perp`` inside [DPDR-17]); they and ``tau_*`` may be numbers (stationary)
     or sequences of length ``T``. ``C_parallel`` is ``C_alpha``.
 
     ``noise_reading``: ``"printed"`` uses the constants as printed; ``"per_batch"`` divides the noise terms by
     ``B^2`` as the appendix's second-moment bound does (``d C_perp^2 sigma_perp^2 / B^2``), the inconsistency
-    flagged as [F-19] (whose leading ``C`` are read as ``C^2``). ``m`` must satisfy ``1 <= m <= d``.
+    flagged as [DPDR-19] (whose leading ``C`` are read as ``C^2``). ``m`` must satisfy ``1 <= m <= d``.
 
     >>> b = dpdr_theorem2(10, 0.1, B=2, loss0=1.0, rho=1.0, d=100, m=1, C_perp=1.0, C_alpha=2.0, sigma_perp=1.0,
     ...                   sigma_alpha=1.0, tau_perp=1.0, tau_alpha=0.5, P_perp=0.25, P_alpha=0.0)
@@ -336,7 +336,7 @@ def dpdr_clip_probability(C: float, *, mean_norm: float, tau: float, d: int) -> 
     r"""A model of the clipping probability of Theorem 2: ``P(C) = Pr[||mu + xi|| >= C]`` with ``||mu|| =
     mean_norm`` and ``xi ~ N(0, tau^2/d I_d)`` (so ``E||xi||^2 = tau^2``), i.e. the tail of a non-central
     chi-square: ``1 - F_{chi'^2_d}(C^2 d/tau^2; lambda = mean_norm^2 d/tau^2)``. Not in the paper: a derived
-    plotting model (notes section 4.5); the paper itself leaves ``P`` as a measured quantity.
+    plotting model of this book; the paper itself leaves ``P`` as a measured quantity.
 
     >>> round(dpdr_clip_probability(1e-9, mean_norm=1.0, tau=1.0, d=10), 6)
     1.0
@@ -357,7 +357,7 @@ def _psasc_eta_args(T, s, F0, beta, sigma, d, k_hat):
     T = checks.integer("T", T)
     k_hat = checks.integer("k_hat", k_hat, minimum=0)
     if not T > k_hat:
-        raise ValueError(f"T must be > k_hat = {k_hat} (the theorem runs from step k_hat on [F-21]), got {T!r}")
+        raise ValueError(f"T must be > k_hat = {k_hat} (the theorem runs from step k_hat on [PSASC-21]), got {T!r}")
     return (T, checks.positive("s", s, "the scaling parameter"),
             checks.non_negative("F0", F0, "F(w_khat), read as F(w_khat) - F^* with F >= 0"),
             checks.positive("beta", beta, "the smoothness constant"), checks.non_negative("sigma", sigma),
@@ -368,7 +368,7 @@ def psasc_theorem2_step_size(T: int, *, s: float, F0: float, beta: float, sigma:
                              k_hat: int = 0) -> float:
     r"""DP-PSASC Theorem 2's step size ``eta = sqrt(2 s^2 F(w_khat) / (beta (T - khat)(2 + sigma^2 d)))``.
 
-    ``k_hat`` is never defined by the paper [F-21]; ``k_hat = 0`` (the default, written out) starts the
+    ``k_hat`` is never defined by the paper [PSASC-21]; ``k_hat = 0`` (the default, written out) starts the
     analysis at the first step. ``F0`` reads ``F(w_khat)`` as ``F(w_khat) - F^*``.
 
     >>> round(psasc_theorem2_step_size(100, s=1.0, F0=1.0, beta=1.0, sigma=1.0, d=98), 6)  # sqrt(2/(100*100))
@@ -387,7 +387,7 @@ def psasc_theorem2_leading_term(T: int, *, s: float, F0: float, beta: float, sig
     ``sqrt(2 beta F0 (2 + sigma^2 d) / (s^2 (T - khat)))`` ``∝ T^{-1/2}/s``. Returned as ``optimisation`` (the
     ``F0`` term) and ``noise`` (the ``beta eta V/2`` term, which holds the DP noise ``sigma^2 d``). The
     ``tau`` (sampling-bias) term is not stated in a form that can be evaluated; it is left out here (see
-    :func:`psasc_theorem2_rate`). ``B`` does not appear, as in the paper [F-22].
+    :func:`psasc_theorem2_rate`). ``B`` does not appear, as in the paper [PSASC-22].
 
     >>> b = psasc_theorem2_leading_term(100, s=1.0, F0=1.0, beta=1.0, sigma=1.0, d=98)
     >>> round(b.optimisation, 6), round(b.noise, 6), round(b.total, 6)  # each sqrt(1*1*100/(2*100)); sum sqrt(2)
@@ -404,7 +404,7 @@ def psasc_theorem2_leading_term(T: int, *, s: float, F0: float, beta: float, sig
 def psasc_theorem2_rate(T: float, *, tau: float, c_opt: float = 1.0, c_tau: float = 1.0) -> BoundTerms:
     r"""DP-PSASC Theorem 2's rate ``O(T^{-1/2} + tau)`` with explicit constants: ``optimisation = c_opt T^{-1/2}``,
     ``clipping_bias = c_tau tau`` (the paper: "the bias introduced by SGD sampling", which does not vanish).
-    A rate illustration: the paper gives no constants [F-21]; the defaults 1 are the "unit constants" of the
+    A rate illustration: the paper gives no constants [PSASC-21]; the defaults 1 are the "unit constants" of the
     book's plots.
 
     >>> psasc_theorem2_rate(100, tau=0.1).total
@@ -427,7 +427,7 @@ def psasc_theorem3_schedules(T: float, *, c_r: float = 1.0, c_s: float = 1.0, c_
     r"""The schedules of DP-PSASC Theorem 3 (momentum): ``r = c_r T^{-1/2}``, ``s = c_s T^{-1/4}``,
     ``gamma = c_gamma T^{-1/4}``, ``eta = c_eta T^{-3/4}``; the constants are ours (the paper writes ``O(.)``).
     ``gamma`` is Algorithm 2's single EMA weight (its mapping to Algorithm 3's ``gamma_0, gamma_1, K_0`` is
-    unclear [F-13]); it must stay in ``(0, 1]``.
+    unclear [PSASC-13]); it must stay in ``(0, 1]``.
 
     >>> psasc_theorem3_schedules(10_000)
     PSASCSchedules(r=0.01, s=0.1, gamma=0.1, eta=0.001)

@@ -410,16 +410,16 @@ def load_tensors(
     ``progress`` is True, or, by default, when stderr is a terminal). This is slow: about 0.5 ms an image on one
     CPU core, so one to a few minutes for CelebA's 162,770 training images; save the result (``torch.save``) to reuse
     it. Both are made square, ``image_size`` pixels a side, with PIL's antialiased bilinear resize. DP-PSASC gives
-    no resolution for its ResNet9 (note F-28); these defaults are ours:
+    no resolution for its ResNet9 (reading PSASC-28); these defaults are ours:
 
     - ``celeba``: the aligned 178x218 faces are centre-cropped to 178x178 and resized to ``image_size`` (default
       32x32, so that the training set fits in memory: float32 train 2.0 GB + test 0.25 GB, and 0.5 GB of uint8
       while loading; 64x64 takes four times as much). Standard splits: train 162,770 (DP-PSASC's Table II says
-      162,079, note F-25; the standard split is used), test 19,962 (the 19,867 ``valid`` images are not used).
+      162,079, reading PSASC-25; the standard split is used), test 19,962 (the 19,867 ``valid`` images are not used).
       Label: the "Male" attribute, 1 = male (about 42% of CelebA's images), 0 = not male.
     - ``imagenette``: the ``160px`` archive (shorter side 160; 94 MB instead of 1.5 GB for ``full``), shorter side
-      resized to ``image_size`` (default 64) and centre-cropped: train 9,469 (DP-PSASC says 9,464), test = the
-      ``val`` folder, 3,925; float32 0.47 GB + 0.19 GB. Sizes above 160 only upsample.
+      resized to ``image_size`` (default 64) and centre-cropped: train 9,469 (DP-PSASC says 9,464, reading
+      PSASC-37), test = the ``val`` folder, 3,925; float32 0.47 GB + 0.19 GB. Sizes above 160 only upsample.
 
     Both use the ImageNet mean and std (see the module docstring). ``image_size`` must be None for other datasets.
 

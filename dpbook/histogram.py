@@ -4,15 +4,15 @@ Every example of the batch falls into one of ``b`` bins of the range ``[0, R_t)`
 the last (overflow) bin. Bin ``k < b - 1`` covers ``[k R_t / b, (k + 1) R_t / b)``, the last bin
 ``[(b - 1) R_t / b, inf)``:
 
-    index(G_i) = min(b - 1, floor(b * G_i / R_t))        (Alg. 2 l.5; the paper prints max(n - 1, ...) [F-7])
+    index(G_i) = min(b - 1, floor(b * G_i / R_t))        (Alg. 2 l.5; the paper prints max(n - 1, ...) [DCSGD-7])
     H_t[k]     = #{ i in B_t : index(G_i) = k }
     H~_t       = H_t + N(0, sigma_H^2 I_b)               (Alg. 2 l.6; sensitivity 1, noise never scaled by data)
 
 Adding or removing one example changes exactly one count by one, so the histogram has L2 sensitivity 1 under the
 add/remove adjacency of Poisson sampling (under replace-one it would be sqrt(2)). The noisy counts are real numbers
-and may be negative; the threshold rules of :mod:`dpbook.methods.dcsgd` read them as they are [F-18].
+and may be negative; the threshold rules of :mod:`dpbook.methods.dcsgd` read them as they are [DCSGD-18].
 
-The representative norm of bin ``k`` is its midpoint ``m_k = (k + 1/2) R_t / b`` [F-9].
+The representative norm of bin ``k`` is its midpoint ``m_k = (k + 1/2) R_t / b`` [DCSGD-9].
 
 These functions need no model: the notebooks call them on synthetic norms, the DC-SGD methods on the batch's
 unclipped per-sample norms.
@@ -42,7 +42,7 @@ HISTOGRAM_SENSITIVITY = 1.0
 
 
 def bin_index(norms, R: float, b: int) -> torch.Tensor:
-    """The bin of each norm, ``min(b - 1, floor(b * G / R))`` [F-7], as int64 (computed in float64).
+    """The bin of each norm, ``min(b - 1, floor(b * G / R))`` [DCSGD-7], as int64 (computed in float64).
 
     Any finite non-negative norm lands in ``{0, ..., b - 1}``: huge norms (even 1e300, whose ``b * G / R``
     overflows to inf) go to the overflow bin.
@@ -64,12 +64,12 @@ def noisy_histogram(H: torch.Tensor, sigma_H: float, noise: "GaussianNoise") -> 
 
 
 def midpoints(R: float, b: int) -> np.ndarray:
-    """Bin midpoints ``m_k = (k + 1/2) R / b``, k = 0..b-1, the representative norms of Algorithms 3 and 4 [F-9]."""
+    """Bin midpoints ``m_k = (k + 1/2) R / b``, k = 0..b-1, the representative norms of Algorithms 3 and 4 [DCSGD-9]."""
     return (np.arange(b) + 0.5) * (R / b)
 
 
 def noisy_total(H) -> float:
-    """``S' = max(sum_k H~[k], 1)``: the private estimate of the batch size, guarded against ``S' <= 0`` [F-18].
+    """``S' = max(sum_k H~[k], 1)``: the private estimate of the batch size, guarded against ``S' <= 0`` [DCSGD-18].
 
     Noisy counts can sum to zero or less when the batch is (nearly) empty; the rules divide by S' (E) or compare
     a cumulative count with ``p S'`` (P), so S' is floored at one example. This is post-processing of the

@@ -127,12 +127,12 @@ def mnist_cnn(*, conv1_padding: int = 3, norm_groups: int | None = None) -> nn.S
 
     - ``conv1_padding=3`` is TF "SAME" padding as in Papernot et al. and Opacus; Tramer & Boneh's code uses 2.
       Both give 4x4 maps before the linear layers and the same 26,010 parameters.
-    - DC-SGD's MNIST CNN has "two convolution layers" and 28,058 parameters, with no layers given (note F-35):
+    - DC-SGD's MNIST CNN has "two convolution layers" and 28,058 parameters, with no layers given (reading DCSGD-35):
       we use this network instead, and report d = 26,010.
     - DPDR's "4-layer CNN" and DP-PSASC's MNIST/FashionMNIST CNN cite this network (Tramer & Boneh); DP-PSASC's
-      text says "four convolutional layers and one fully connected layer" without sizes (F-27).
+      text says "four convolutional layers and one fully connected layer" without sizes (reading PSASC-27).
     - ``norm_groups``: insert :func:`group_norm` (``max_groups=norm_groups``) after each convolution, before tanh.
-      DPDR says all its models use group normalisation without saying where (F-21); this is our reading.
+      DPDR says all its models use group normalisation without saying where (reading DPDR-21); this is our reading.
 
     Example:
         >>> import torch
@@ -157,8 +157,9 @@ def cifar10_cnn(*, norm_groups: int | None = None) -> nn.Sequential:
 
     Three blocks ``[conv3x3(c) - tanh - conv3x3(c) - tanh - maxpool(2)]`` with c = 32, 64, 128 (padding 1),
     then ``linear(128*4*4, 128) - tanh - linear(128, 10)``. DPDR calls its CIFAR-10 model a "5-layer CNN which
-    follows" Tramer & Boneh and Papernot et al.; the cited network has 8 weight layers (note F-20), and we build the
-    cited one. ``norm_groups`` inserts GroupNorm after each convolution as in :func:`mnist_cnn` (DPDR, F-21).
+    follows" Tramer & Boneh and Papernot et al.; the cited network has 8 weight layers (reading DPDR-20), and we
+    build the cited one. ``norm_groups`` inserts GroupNorm after each convolution as in :func:`mnist_cnn` (reading
+    DPDR-21).
 
     Example:
         >>> import torch
@@ -354,7 +355,7 @@ def resnet9(*, num_classes: int = 10, in_channels: int = 3) -> nn.Sequential:
     ``prep conv 64 - conv 128 + pool - residual(2 x conv 128) - conv 256 + pool - conv 512 + pool -
     residual(2 x conv 512) - global max-pool - linear(512, classes)``; every conv is 3x3 without bias, followed
     by GroupNorm(min(32, C), C) and ReLU. DP-PSASC trains "ResNet9 [He et al.]" on CelebA and Imagenette without
-    giving the architecture, normalisation or resolution (note F-28): this network, GroupNorm and the global
+    giving the architecture, normalisation or resolution (reading PSASC-28): this network, GroupNorm and the global
     pooling (any input size of at least 8x8 works) are our choices. Page's original ends with a fixed 4x4 max-pool
     (for 32x32 inputs) and a bias-free linear layer whose logits are scaled by 0.125; we use global max-pooling and
     an ordinary linear layer, as DP implementations of ResNet9 commonly do.

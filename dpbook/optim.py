@@ -45,7 +45,7 @@ stored tensors (:mod:`dpbook.per_sample.book_keeping`), ``"vmap"`` the per-sampl
 
 
 def released_diagnostics(method: Method) -> dict[str, float]:
-    """``method.diagnostics()``, refused if a key names a non-private statistic (hygiene rule 8)."""
+    """``method.diagnostics()``, refused if a key names a non-private statistic (privacy hygiene rule 8)."""
     diagnostics = method.diagnostics()
     leaked = [k for k in diagnostics if is_nonprivate(k)]
     if leaked:
@@ -146,7 +146,7 @@ class DPOptimizer:
         sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
         noisy_sum = method.release(acc, self.noise)
         for p, s in zip(self.params, noisy_sum):
-            p.grad = s / self.B  # the expected batch size B, never the realised |B_t| (hygiene rule 1)
+            p.grad = s / self.B  # the expected batch size B, never the realised |B_t| (privacy hygiene rule 1)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.ledger.record(sigma, self.q)

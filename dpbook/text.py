@@ -7,7 +7,7 @@ DC-SGD (Section V, Appendices D and G) trains
   train/test split; :func:`char_lstm` and :func:`load_names` document the choices made here.
 - **BERT-base** on **QNLI** (GLUE), fine-tuning only the last encoder layer, the pooler and the classifier:
   7,087,872 + 590,592 + 1,538 = **7,680,002** trainable parameters ("about 8M"). The paper's 5,463-example
-  "test" set is GLUE's dev split [F-36]. The paper states neither the sequence length nor the tokenizer's casing;
+  "test" set is GLUE's dev split [DCSGD-36]. The paper states neither the sequence length nor the tokenizer's casing;
   :func:`load_qnli` uses ``bert-base-uncased`` and 128 tokens, both arguments.
 
 Both models take ONE tensor per batch (the engine indexes ``x_train[idx]``) and are compatible with the
@@ -395,7 +395,7 @@ def load_qnli(root: str | os.PathLike, *, tokenizer: Any = None, max_length: int
               local_files_only: bool = False) -> DataSplits:
     """GLUE QNLI from ``<root>/QNLI/train.tsv`` (104,743 pairs) and ``<root>/QNLI/dev.tsv`` (5,463 pairs).
 
-    The dev split is the test set, as in the paper (GLUE's test labels are hidden) [F-36]. Each (question,
+    The dev split is the test set, as in the paper (GLUE's test labels are hidden) [DCSGD-36]. Each (question,
     sentence) pair is tokenised by :func:`tokenize_pairs`; labels are ``entailment`` 0, ``not_entailment`` 1.
 
     Args:

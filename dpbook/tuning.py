@@ -33,7 +33,7 @@ privacy cost. Therefore, it has the same performance in both situations" (Sec. V
 
 **How this module reads it:**
 
-1. *[F-28]* "each iteration of DP-SGD" means one full training run, i.e. one candidate. "T" is the cap on the
+1. *[DCSGD-28]* "each iteration of DP-SGD" means one full training run, i.e. one candidate. "T" is the cap on the
    number of *runs*. It is written ``T_LT`` here (:func:`lt_max_runs`) and is unrelated to the T SGD steps of a
    run. LT is the algorithm that repeats: draw a candidate, train it, and stop with probability gamma after each
    run; it makes at most T_LT runs and releases the best run seen.
@@ -44,8 +44,8 @@ privacy cost. Therefore, it has the same performance in both situations" (Sec. V
    sqrt(2 delta_1) = (delta - delta_2) / (3 T_LT) and epsilon_1 = epsilon/3 - sqrt(2 delta_1).
    (sqrt(2 delta_1) is rounded down by 1e-12, relative, so that floating-point rounding never takes the
    recomputed delta' above delta.)
-   That is the largest per-run budget the theorem allows (``per_run_budget``). The seed notes (§4.3) derive the
-   same. For CIFAR10 at G = 10, delta_1 is about 2.6e-17 and epsilon_1 is about epsilon/3.
+   That is the largest per-run budget the theorem allows (``per_run_budget``).
+   For CIFAR10 at G = 10, delta_1 is about 2.6e-17 and epsilon_1 is about epsilon/3.
 4. The factor 3 in delta' = 3 sqrt(2 delta_1) T + delta_2 is the paper's. Liu & Talwar's own statement may read
    sqrt(2 delta_1) T + delta_2 (no 3); this could not be checked offline. The paper's version asks for a smaller
    delta_1, so it is the conservative one; it is also the statement the paper applies.
@@ -250,7 +250,7 @@ def lt_gamma(G: int) -> float:
 
 
 def lt_max_runs(gamma: float, delta2: float = LT_DELTA2) -> float:
-    r"""Theorem 1's cap on the number of runs, T_LT = (1/gamma) ln(1/delta_2) [F-28]. It is a real number.
+    r"""Theorem 1's cap on the number of runs, T_LT = (1/gamma) ln(1/delta_2) [DCSGD-28]. It is a real number.
 
     >>> round(lt_max_runs(lt_gamma(10)), 2)  # 20 ln(1e20)
     921.03

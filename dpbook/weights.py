@@ -1,7 +1,7 @@
 r"""Per-sample scaling weights of Auto-S, DP-PSAC and DP-PSASC, and their closed-form facts.
 
 A scaling method replaces clipping by a weight of the gradient norm, :math:`\tilde g=\omega(\lVert g\rVert)\,g`
-(DP-PSASC notes, §2.1). With :math:`x=\lVert g\rVert`:
+(the DP-PSASC paper, Eqs. (1)-(6)). With :math:`x=\lVert g\rVert`:
 
 ===============================  =====================================  ==========================  ===============
 method (DP-PSASC paper)          weight :math:`\omega(x)`               :math:`\omega(0^+)`         sensitivity
@@ -12,7 +12,7 @@ DP-PSASC, Eq. (6)                :math:`C/(s x + r/(x+r))`              :math:`C
 ===============================  =====================================  ==========================  ===============
 
 The sensitivity is the supremum of the scaled norm :math:`x\,\omega(x)`; it is approached as
-:math:`x\to\infty` and never attained. Closed-form facts of DP-PSASC (derived in the notes, §2.5, and checked
+:math:`x\to\infty` and never attained. Closed-form facts of DP-PSASC (derived here from Eq. (6), and checked
 in ``tests/test_psac.py``), with :math:`h(x)=s x + r/(x+r)` the denominator over :math:`C`:
 
 - **peak**: :math:`h'(x)=s-r/(x+r)^2` vanishes at :math:`x^*=\sqrt{r/s}-r`, which is positive iff
@@ -25,7 +25,7 @@ in ``tests/test_psac.py``), with :math:`h(x)=s x + r/(x+r)` the denominator over
 - **against DP-PSAC**: :math:`\omega_s(x)/\omega_1(x)=(u+r)/(s u+r)` (:func:`psasc_to_psac_ratio`) rises from 1
   at :math:`x=0` to :math:`1/s`: for :math:`s<1` DP-PSASC weighs every gradient more, the *large* ones most;
 - **s = 1** is DP-PSAC exactly (same floating-point operations, so the same bits);
-- **reparametrisation** (notes §2.5, from Eq. (8)): :math:`\omega_s(x)=\frac{C}{s}\cdot\frac{1}{x+(r/s)/(x+r)}`,
+- **reparametrisation** (derived from Eq. (8)): :math:`\omega_s(x)=\frac{C}{s}\cdot\frac{1}{x+(r/s)/(x+r)}`,
   so DP-PSASC with learning rate :math:`\eta` is DP-PSAC with :math:`C=1`, numerator :math:`r/s` (the inner
   :math:`x+r` keeps :math:`r`), learning rate :math:`\eta C/s` and the same noise multiplier
   (:func:`psasc_as_psac`). Relative to its sensitivity, DP-PSASC weighs small gradients *less* than DP-PSAC

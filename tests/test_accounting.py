@@ -409,7 +409,7 @@ def test_ledger_rejects_bad_input():
 def test_sigma_T_hand_computed():
     assert sigma_T(4.0, 5.0) == pytest.approx(20 / 3, rel=1e-14)  # (1/16 - 1/25)^(-1/2) = (9/400)^(-1/2)
     assert sigma_T(3.0, 5.0) == pytest.approx(15 / 4, rel=1e-14)  # (1/9 - 1/25)^(-1/2) = (16/225)^(-1/2)
-    # the DC-SGD notes' table of sigma_T (derived from Eq. (5))
+    # values of sigma_T derived from the DC-SGD paper's Eq. (5)
     assert sigma_T(1.0, 5.0) == pytest.approx(1.0206, abs=5e-5)
     assert sigma_T(0.9, 1.0) == pytest.approx(2.0647, abs=5e-5)
     assert sigma_T(2.0, 8.0) == pytest.approx(2.0656, abs=5e-5)
@@ -419,7 +419,7 @@ def test_sigma_T_hand_computed():
 def test_sigma_delta_hand_computed():
     assert sigma_delta(3.0, 2.5) == pytest.approx(15 / 4, rel=1e-14)  # (1/9 - 1/25)^(-1/2)
     assert sigma_delta(1.0, 1.0) == pytest.approx(2 / math.sqrt(3), rel=1e-14)  # (1 - 1/4)^(-1/2)
-    # sigma_b = B/20 = 12.8 (B = 256) raises the noise by under 2% even at sigma = 4.5 (DC-SGD notes)
+    # sigma_b = B/20 = 12.8 (B = 256) raises the noise by under 2% even at sigma = 4.5 (derived)
     assert 1 < sigma_delta(4.5, 12.8) / 4.5 < 1.02
 
 
@@ -558,7 +558,7 @@ def test_cached_rdp_equals_opacus_rdp_accountant_exactly(history):
 
 
 def test_dpdr_table2_svhn_reading():
-    # [F-16] Table 2's SVHN sigma_g (0.696 at epsilon 3, 0.531 at 8) is DP-SGD's RDP calibration at B = 100 and 30
+    # [DPDR-16] Table 2's SVHN sigma_g (0.696 at epsilon 3, 0.531 at 8) is DP-SGD's RDP calibration at B = 100 and 30
     # epochs, to within 0.002 as the MNIST and CIFAR-10 rows; not at the stated B = 256, 20 epochs, nor at B = 128, 20.
     def sigma(target, B, epochs):
         return noise_multiplier(target, 1e-5, B / 73257, epochs * math.ceil(73257 / B))

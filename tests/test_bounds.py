@@ -218,7 +218,7 @@ def test_psasc_rates_and_schedules():
 
 @pytest.mark.parametrize("tau, T_cross", [(0.01, 9.6e7), (0.02, 5.75e6), (0.05, 1.29e5), (0.1, 6.2e3),
                                           (0.2, 171)])
-def test_psasc_crossover_matches_the_notes_table(tau, T_cross):
+def test_psasc_crossover_matches_a_hand_computed_table(tau, T_cross):
     T = bd.psasc_crossover_T(tau)
     assert T == pytest.approx(T_cross, rel=0.01)
     # below the crossover T^(-1/4) is above T^(-1/2) + tau, beyond it below (unit constants)

@@ -55,7 +55,7 @@ def test_bin_index_edges_and_overflow():
 def test_histogram_index_range_and_sensitivity_one(norms, extra, R, b):
     idx = bin_index(torch.tensor(norms + [extra], dtype=torch.float64), R, b)
     assert bool(((idx >= 0) & (idx <= b - 1)).all())
-    for G, k in zip(norms + [extra], idx.tolist()):  # min(b-1, floor(b G / R)) [F-7]
+    for G, k in zip(norms + [extra], idx.tolist()):  # min(b-1, floor(b G / R)) [DCSGD-7]
         assert k == (b - 1 if G * (b / R) >= b - 1 else math.floor(G * (b / R)))
     H = build_histogram(torch.tensor(norms, dtype=torch.float64), R, b)
     H_plus = build_histogram(torch.tensor(norms + [extra], dtype=torch.float64), R, b)
@@ -68,7 +68,7 @@ def test_histogram_noise_has_std_sigma_H_and_is_not_scaled():
     H = torch.zeros(20000, dtype=torch.float64)
     noisy = noisy_histogram(H, 5.0, GaussianNoise(0))
     assert float(noisy.std()) == pytest.approx(5.0, rel=0.03)
-    assert noisy_total([-3.0, 1.0]) == 1.0 and noisy_total([2.0, 3.5]) == 5.5  # S' = max(S', 1) [F-18]
+    assert noisy_total([-3.0, 1.0]) == 1.0 and noisy_total([2.0, 3.5]) == 5.5  # S' = max(S', 1) [DCSGD-18]
 
 
 # --- Algorithm 3: the percentile rule --------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def test_e_search_terminates_with_negative_counts():
         found = expected_error_threshold(H, float(10 ** rng.uniform(-2, 2)), 20.0, sigma_T=1.0, B=16, d=100,
                                          max_repeats=20, min_threshold=1e-8)
         assert found.repeats <= 20 and 1e-8 <= found.C < math.inf
-    only_negative = -np.ones(20)  # E decreases as C shrinks: the paper's loop would never end [F-17]
+    only_negative = -np.ones(20)  # E decreases as C shrinks: the paper's loop would never end [DCSGD-17]
     found = expected_error_threshold(only_negative, 1.0, 20.0, sigma_T=1.0, B=16, d=100, max_repeats=5)
     assert found.capped and found.repeats == 5 and found.C == pytest.approx(1e-6)
     floored = expected_error_threshold(only_negative, 1.0, 20.0, sigma_T=1.0, B=16, d=100, min_threshold=1e-3)

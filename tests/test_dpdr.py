@@ -98,7 +98,7 @@ def test_orthogonal_norm_from_layer_norms_and_coefficients():
 
 
 def test_geometry_orthogonal_part_is_the_shortest_residual():
-    """||g_perp|| <= min(||g||, ||g - g~_{t-1}||) (notes §2.3, [F-7]) with g~_{t-1} = r_l b^(l)."""
+    """||g_perp|| <= min(||g||, ||g - g~_{t-1}||) ([DPDR-7]) with g~_{t-1} = r_l b^(l)."""
     grads, b = random_grads(50), random_base()
     r = torch.tensor([0.5, 2.0, 7.0], dtype=torch.float64)
     a, sq = layer_coefficients(grads, b)

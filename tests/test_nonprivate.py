@@ -1,5 +1,6 @@
-"""Hygiene rule 8: step infos, log rows and result files hold only what the privacy guarantee covers; statistics of
-the private data are an explicit opt-in, logged apart under "nonprivate/" keys, and never written into results."""
+"""Privacy hygiene rule 8: step infos, log rows and result files hold only what the privacy guarantee covers;
+statistics of the private data are an explicit opt-in, logged apart under "nonprivate/" keys, and never written into
+results."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_engine_refuses_a_nonprivate_key_among_released_diagnostics():
 
 
 def test_committed_results_hold_no_nonprivate_statistic():
-    """No file under data/results/ holds a training-set metric or a "nonprivate/" statistic (hygiene rule 8).
+    """No file under data/results/ holds a training-set metric or a "nonprivate/" statistic (privacy hygiene rule 8).
 
     Files written before the opt-in existed hold them: this fails until they are regenerated with the current code.
     """

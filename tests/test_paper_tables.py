@@ -17,6 +17,7 @@ import pytest
 PAPER_DIR = Path(__file__).resolve().parents[1] / "data" / "paper"
 
 PAPERS = {"dcsgd", "dpdr", "psasc"}
+READING_PREFIX = {"dcsgd": "DCSGD", "dpdr": "DPDR", "psasc": "PSASC"}  # ids of book/readings.md
 METHODS = {"dpsgd", "dcsgd-p", "dcsgd-e", "adaclip", "dynamic", "autos", "psac", "psasc", "psasc-momentum",
            "dpdr", "diff", "diff2"}
 DATASETS = {"mnist", "fashionmnist", "cifar10", "svhn", "qnli", "names", "celeba", "imagenette", "cifar10-simclr"}
@@ -97,10 +98,10 @@ def test_top_level_schema(name):
     # File name <paper>_table<arabic id>.json, the id printed as in the paper (roman or arabic).
     number = ROMAN.get(t["table"]) or int(t["table"])
     assert name == f"{t['paper']}_table{number}"
-    # Flags are cited by their id from the notes, e.g. "[F-32] ...".
+    # Readings are cited by their id in the book's Readings chapter, e.g. "[DCSGD-32] ...", with the paper's prefix.
     for note in t["notes"]:
         if note.startswith("["):
-            assert re.match(r"\[F-\d+\] ", note), note
+            assert re.match(rf"\[{READING_PREFIX[t['paper']]}-\d+\] ", note), note
     assert isinstance(t["rows"], list) and t["rows"]
 
 
@@ -253,7 +254,7 @@ def test_psasc_table_iii_matches_table_ii_settings():
     for r in rows:
         h = hyper[r["dataset"]]
         assert (r["model"], r["epsilon"], r["delta"]) == (h["model"], h["epsilon"], h["delta"])
-        assert "optimizer" not in r, "the paper never states the optimizer [F-29]"
+        assert "optimizer" not in r, "the paper never states the optimizer [PSASC-29]"
     assert {r["method"] for r in rows} == {"dpsgd", "autos", "psac", "psasc", "psasc-momentum"}
 
 

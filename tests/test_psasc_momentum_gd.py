@@ -1,5 +1,5 @@
 """DP-PSASC with momentum, GD version (Algorithm 2, ``psasc-momentum-gd``): the noise-off oracle against a
-per-example loop for both readings of the line order (F-10), the sensitivity on adversarial gradient sequences
+per-example loop for both readings of the line order (PSASC-10), the sensitivity on adversarial gradient sequences
 (neighbouring datasets), noise and accounting at sample rate 1 (cross-checked against Google's dp_accounting and the
 exact composition of Gaussian mechanisms), example identities, checkpoint/resume and bad input."""
 
@@ -62,7 +62,7 @@ def reference_gd_steps(model, optimizer, x, y, hp, steps, reading):
             norm = flat_norm(mi)
             w = C / (s * norm + r / (norm + r))  # Eq. (6)
             total = [t + w * mp for t, mp in zip(total, mi)]
-        apply_update(model, optimizer, total, len(x))  # line 8: eta / N (F-11)
+        apply_update(model, optimizer, total, len(x))  # line 8: eta / N (PSASC-11)
     return [p.detach() for p in trainable(model)]
 
 

@@ -88,7 +88,7 @@ def test_lt_per_run_budget_paper_defaults():
     # CIFAR10 (delta = 1/50000), DP-SGD's grid G = 10: T_LT = 921.03, sqrt(2 delta_1) = 2e-5 / 2763.1 = 7.238e-9.
     eps1, delta1 = per_run_budget(2.0, 1 / 50000, G=10)
     assert math.sqrt(2 * delta1) == pytest.approx(7.2382e-9, rel=1e-4)
-    assert delta1 == pytest.approx(2.6196e-17, rel=1e-4)     # seed notes §4.3: "delta_1 ~ 2.6e-17"
+    assert delta1 == pytest.approx(2.6196e-17, rel=1e-4)     # delta_1 ~ 2.6e-17
     assert eps1 == pytest.approx(2 / 3 - 7.2382e-9, rel=1e-12)
     # Du's grid G = 90: T_LT is 9 times larger, delta_1 81 times smaller.
     assert per_run_budget(2.0, 1 / 50000, G=90)[1] == pytest.approx(delta1 / 81, rel=1e-9)
@@ -405,7 +405,7 @@ def test_lt_delta2_is_the_papers():
 
 
 def test_chapter_claim_separate_histogram_accounting_undercharges():
-    """The chapter 'Privacy of DC-SGD', Section 2, claims something the seed notes (§4.2) expected the other way round.
+    """The chapter 'Privacy of DC-SGD', Section 2, claims the opposite of what one might expect.
 
     Composing the gradient at sigma_T and the histogram at sigma_H as two independently subsampled Gaussians gives
     a *smaller* epsilon than the true mechanism: one subsampled Gaussian at sigma on the shared batch. So the

@@ -1,7 +1,8 @@
 """Adaptive quantile clipping (Andrew, Thakkar, McMahan & Ramaswamy, NeurIPS 2021), geometric update.
 
-The DC-SGD paper's baseline "Andrew et al." (extraction notes, Sec. 10.2), per example instead of per client.
-At step t, with threshold C_t, target unclipped fraction p (the paper's gamma) and rate eta_C:
+The DC-SGD paper's baseline "Andrew et al." (set up as the DC-SGD paper does: sigma_b = B/20, C_0 = 1), per
+example instead of per client. At step t, with threshold C_t, target unclipped fraction p (the paper's gamma)
+and rate eta_C:
 
     b~_t    = ( sum_{i in B_t} (1[||g_{t,i}|| <= C_t] - 1/2) + N(0, sigma_b^2) ) / B + 1/2,  clamped to [0, 1]
     C_{t+1} = C_t exp(-eta_C (b~_t - p))                                                   (geometric update)
@@ -15,7 +16,7 @@ argument as DC-SGD's Theorem 2). Without the centring an added example moves the
 and the split would have to use sigma_b, not 2 sigma_b. TF-Privacy's ``QuantileEstimatorQuery`` centres the same
 way. The ``+ 1/2`` after the division uses the expected B, so b~_t is unbiased when |B_t| = B.
 
-Normalisation by the expected batch size B, never the realised |B_t| (DESIGN.md rule 1): Opacus's
+Normalisation by the expected batch size B, never the realised |B_t| (privacy hygiene rule 1): Opacus's
 ``AdaClipDPOptimizer`` divides the noisy unclipped count by the realised number of examples, which is private,
 and it counts without centring while using the ``2 sigma_b`` split.
 

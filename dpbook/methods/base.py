@@ -1,6 +1,6 @@
 """The interface every private-step method implements, and the machinery they share.
 
-A private step (DESIGN.md, "one private step") is, for every method:
+A private step (``book/hygiene.md``, "One private step") is, for every method:
 
     start(params)                      -> accumulators for one logical batch
     accumulate(acc, micro_batch)       -> once per physical micro-batch (per-sample norms, and the per-sample
@@ -22,11 +22,11 @@ and every method declares
                         fractions clipped, exact counts): no release covers them. Their keys start with
                         ``"nonprivate/"`` (:func:`is_nonprivate`); the engine reports them only on an explicit
                         opt-in (``DPOptimizer(..., nonprivate_diagnostics=True)``, ``Trainer(...)`` alike), in a
-                        section of the log of their own, and result files refuse them (DESIGN.md, hygiene rule 8).
+                        section of the log of their own, and result files refuse them (privacy hygiene rule 8).
 
-Privacy hygiene (DESIGN.md) the interface enforces: the noise is drawn from the engine's generator and never
-scaled by data; anything that changes over training is updated in ``release``/``advance`` from released noisy
-quantities and used from the next step on.
+Privacy hygiene (``book/hygiene.md``, rules 2 and 3) the interface enforces: the noise is drawn from the engine's
+generator and never scaled by data; anything that changes over training is updated in ``release``/``advance``
+from released noisy quantities and used from the next step on.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ class Method(abc.ABC):
 
 
 class ScaledSum(Method):
-    """The unified template of per-sample clipping and scaling (DP-PSASC notes, §2.1).
+    """The unified template of per-sample clipping and scaling (the DP-PSASC paper's Eqs. (1)-(6)).
 
     Every example contributes ``w(||g_i||) g_i`` with ``w(G) * G <= sensitivity()`` for every norm G, and the
     release is ``sum_i w_i g_i + N(0, noise_std()^2 I)``. Subclasses define :meth:`weights` only. Norms and a

@@ -1,9 +1,9 @@
 """DC-SGD (Wei, Li, Gong, Chen, arXiv 2503.22988): dynamic clipping from a DP histogram of per-sample norms.
 
-Algorithm 1 (one step t, with the flags of the extraction notes in brackets):
+Algorithm 1 (one step t, with the ids of the book's Readings chapter in brackets):
 
-    g~_t = ( sum_{i in B_t} Clip(g_{t,i}, C_t) + N(0, sigma_T^2 C_t^2 I_d) ) / B    (l.8, sigma_T and C_t [F-3])
-    H~_t = BuildHistogram({||g_{t,i}||}, R_t, b, sigma_H)                          (l.10, unclipped norms [F-2])
+    g~_t = ( sum_{i in B_t} Clip(g_{t,i}, C_t) + N(0, sigma_T^2 C_t^2 I_d) ) / B    (l.8, sigma_T and C_t [DCSGD-3])
+    H~_t = BuildHistogram({||g_{t,i}||}, R_t, b, sigma_H)                          (l.10, unclipped norms [DCSGD-2])
     C_{t+1}, R_{t+1} = Adaptive(H~_t, C_t, R_t, ...)                               (l.11: Alg. 3 "P" or Alg. 4 "E")
 
     sigma_T = (sigma^-2 - sigma_H^-2)^(-1/2)                                       (Eq. 5, needs sigma_H > sigma)
@@ -22,14 +22,14 @@ call, on synthetic norms and without a model:
   l.1-13, DC-SGD-E) and :func:`expected_error_range` (Algorithm 4 l.14-16);
 - :func:`expected_errors_from_norms` (Eq. 4 with the raw norms of a batch: non-private, for analysis only).
 
-Readings of the paper's gaps (the extraction notes' flags):
+Readings of the paper's gaps (ids of the book's Readings chapter, ``book/readings.md``):
 
-- [F-7] bin index ``min(b-1, floor(b G / R_t))``, overflow in the last bin (:mod:`dpbook.histogram`).
-- [F-9] a bin is represented by its midpoint ``(k + 1/2) R_t / b``.
-- [F-18] the noisy counts are used raw (they may be negative); the noisy total is guarded, ``S' = max(S', 1)``.
+- [DCSGD-7] bin index ``min(b-1, floor(b G / R_t))``, overflow in the last bin (:mod:`dpbook.histogram`).
+- [DCSGD-9] a bin is represented by its midpoint ``(k + 1/2) R_t / b``.
+- [DCSGD-18] the noisy counts are used raw (they may be negative); the noisy total is guarded, ``S' = max(S', 1)``.
   In Algorithm 3, when the running sum never reaches ``p S'`` (possible only when the raw total is below one
   example), the loop ends at the last bin, as the pseudo-code's loop does.
-- [F-17] Algorithm 4's "while True" re-centring stops after ``max_repeats`` (20) re-centrings, or when the
+- [DCSGD-17] Algorithm 4's "while True" re-centring stops after ``max_repeats`` (20) re-centrings, or when the
   threshold reaches the positive floor ``min_threshold``; the step's diagnostics report ``E_capped = 1`` then
   (and the module logs it at INFO level). The floor also bounds ``C_t`` and ``R_t`` of both rules from below.
   A capped search means the noisy histogram is degenerate: its counts are dominated by noise (small B, large
@@ -37,10 +37,10 @@ Readings of the paper's gaps (the extraction notes' flags):
   of about ``min_threshold`` that zeroes every gradient for the rest of training. DC-SGD-E then keeps its
   previous threshold, ``C_{t+1} = C_t`` (our fallback: it depends on nothing but the released histogram, so it
   is post-processing like the rule itself).
-- [F-13], [F-14] the range rules use the noisy ``S'`` and ``b`` (not the private |B_t|) as if/elif/else; with an
-  odd ``b`` the right half starts at ``floor(b/2)``; [F-15] E's range follows Algorithm 4 (no ``R = 2C``).
-- [F-16] P keeps the paper's ``R_0 = 1`` (it caps ``C_1`` at ``(b - 1/2)/b``); E uses ``R_0 = b``.
-- [F-11] Eq. 4's variance uses sigma_T, the expected batch size B and d = the number of trainable parameters.
+- [DCSGD-13], [DCSGD-14] the range rules use the noisy ``S'`` and ``b`` (not the private |B_t|) as if/elif/else; with an
+  odd ``b`` the right half starts at ``floor(b/2)``; [DCSGD-15] E's range follows Algorithm 4 (no ``R = 2C``).
+- [DCSGD-16] P keeps the paper's ``R_0 = 1`` (it caps ``C_1`` at ``(b - 1/2)/b``); E uses ``R_0 = b``.
+- [DCSGD-11] Eq. 4's variance uses sigma_T, the expected batch size B and d = the number of trainable parameters.
 
 Example (one step of DC-SGD-E through the engine):
 
@@ -86,7 +86,7 @@ def percentile_threshold(H, R: float, p: float) -> float:
     """Algorithm 3 l.1-6: the midpoint of the first bin where the running noisy count reaches ``p S'``.
 
     ``H`` is the (noisy) histogram over ``[0, R)`` with overflow in the last bin; ``p`` in (0, 1) is the
-    fraction of examples to leave unclipped [F-8]. The caller sets ``R_{t+1} = 2 C_{t+1}`` (l.7).
+    fraction of examples to leave unclipped [DCSGD-8]. The caller sets ``R_{t+1} = 2 C_{t+1}`` (l.7).
 
         >>> percentile_threshold([1, 1, 1, 1], R=4.0, p=0.5)   # S reaches 0.5 * 4 in bin 1, midpoint 1.5
         1.5
@@ -96,11 +96,11 @@ def percentile_threshold(H, R: float, p: float) -> float:
     H = np.asarray(H, dtype=np.float64)
     p = checks.open_unit("p (fraction of examples left unclipped)", p)
     b = len(H)
-    S_prime = noisy_total(H)  # l.2, guarded S' = max(S', 1) [F-18]
+    S_prime = noisy_total(H)  # l.2, guarded S' = max(S', 1) [DCSGD-18]
     S = np.cumsum(H)  # l.4: the running sum of the raw noisy counts
     reached = np.flatnonzero(S >= p * S_prime)  # l.6: the break test
     k = int(reached[0]) if reached.size else b - 1  # no break: the loop ends at the last bin
-    return (k + 0.5) * R / b  # l.5: the bin's midpoint [F-9]
+    return (k + 0.5) * R / b  # l.5: the bin's midpoint [DCSGD-9]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def expected_errors(H, R: float, C, *, sigma_T: float, B: float, d: int) -> np.n
     """Eq. 4 estimated from the histogram (Algorithm 4 l.7-9) at each threshold of ``C``:
 
         E(C') = sigma_T^2 C'^2 d / B^2  +  (1/S') sum_k H~[k] max(m_k - C', 0)^2
-                 variance (l.8) [F-11]        clipping bias (l.7, the paper's "B" [F-10]), midpoints m_k
+                 variance (l.8) [DCSGD-11]        clipping bias (l.7, the paper's "B" [DCSGD-10]), midpoints m_k
 
     With non-negative counts this is a convex function of C' (a sum of convex functions).
 
@@ -154,7 +154,7 @@ class ThresholdSearch(NamedTuple):
 
     C: float  # C_{t+1}
     repeats: int  # number of re-centrings (l.11)
-    capped: bool  # stopped at the repeat cap or at the floor with the argmin still on the boundary [F-17]
+    capped: bool  # stopped at the repeat cap or at the floor with the argmin still on the boundary [DCSGD-17]
     centre: float  # the centre of the last candidate grid (its spacing is centre / 10)
 
 
@@ -165,7 +165,7 @@ def expected_error_threshold(H, C: float, R: float, *, sigma_T: float, B: float,
     When the argmin is a boundary candidate (0.1 C or 2 C) it becomes the new centre and the search repeats
     (l.11): x10 down or x2 up per repeat. The paper's loop has no exit other than an interior argmin; with
     negative noisy counts it can shrink forever, so it stops after ``max_repeats`` re-centrings or once the
-    threshold reaches the positive floor ``min_threshold`` [F-17]. Ties go to the smallest candidate.
+    threshold reaches the positive floor ``min_threshold`` [DCSGD-17]. Ties go to the smallest candidate.
 
         >>> H = [0, 0, 0, 0, 0, 0, 0, 0, 256, 0]     # 256 norms in [8, 9): E(C') is least near 8.37
         >>> expected_error_threshold(H, C=1.0, R=10.0, sigma_T=1.0, B=256, d=1000)  # 1 -> 2 -> 4 -> 8, then 8.8
@@ -183,14 +183,14 @@ def expected_error_threshold(H, C: float, R: float, *, sigma_T: float, B: float,
         C_new = max(float(S[k]), min_threshold)
         if 0 < k < N_CANDIDATES - 1:  # l.12: an interior argmin ends the search
             return ThresholdSearch(C_new, repeats, False, C)
-        if repeats == max_repeats or C_new == C:  # [F-17]: the cap, or stuck at the floor
-            logger.info("DC-SGD-E: re-centring stopped after %d repeats at C = %g [F-17]", repeats, C_new)
+        if repeats == max_repeats or C_new == C:  # [DCSGD-17]: the cap, or stuck at the floor
+            logger.info("DC-SGD-E: re-centring stopped after %d repeats at C = %g [DCSGD-17]", repeats, C_new)
             return ThresholdSearch(C_new, repeats, True, C)
         C, repeats = C_new, repeats + 1  # l.11: boundary, re-centre and repeat
 
 
 def expected_error_range(H, R: float) -> float:
-    """Algorithm 4 l.14-16, the "cautious" range update, on the noisy histogram only [F-13, F-14]:
+    """Algorithm 4 l.14-16, the "cautious" range update, on the noisy histogram only [DCSGD-13, DCSGD-14]:
 
         if H~[b-1] >= S'/2:                    R_{t+1} = 2 R_t      (too many outliers)
         elif sum_{k >= floor(b/2)} H~[k] <= S'/b: R_{t+1} = R_t / 2  (right half almost empty)
@@ -201,7 +201,7 @@ def expected_error_range(H, R: float) -> float:
     """
     H = np.asarray(H, dtype=np.float64)
     b = len(H)
-    S_prime = noisy_total(H)  # [F-18]
+    S_prime = noisy_total(H)  # [DCSGD-18]
     if H[b - 1] >= 0.5 * S_prime:
         return 2.0 * R
     if H[b // 2:].sum() <= S_prime / b:
@@ -210,7 +210,7 @@ def expected_error_range(H, R: float) -> float:
 
 
 def paper_sigma_H(sigma: float) -> float:
-    """The paper's histogram noise multiplier for a total multiplier ``sigma`` (Sec. V-C, VI-B; [F-38]).
+    """The paper's histogram noise multiplier for a total multiplier ``sigma`` (Sec. V-C, VI-B; [DCSGD-38]).
 
     5 (the default, for the usual sigma < 1.2 and, by our reading, up to sigma < 2), 8 for 2 <= sigma <= 3 and 12
     for sigma > 3. The paper states the 8/12 override for DC-SGD-P; we read it for E as well. Beyond sigma = 12
@@ -228,7 +228,7 @@ SIGMA_T_GROWTH = 1.1
 
 
 def run_sigma_H(sigma: float) -> float:
-    """sigma_H for a run at total multiplier sigma: the paper's rule, extended where it stops making sense [F-38].
+    """sigma_H for a run at total multiplier sigma: the paper's rule, extended where it stops making sense [DCSGD-38].
 
     :func:`paper_sigma_H` keeps sigma_T within 10% of sigma for every sigma up to about 5 (its largest value,
     12, gives sigma_T = 1.10 sigma at sigma = 5), which covers the paper's experiments. Above, the rule would let
@@ -260,7 +260,7 @@ class DCSGD(ScaledSum):
         b: number of histogram bins, >= 2 (default 20).
         C_0: initial clipping threshold (default 1).
         R_0: initial histogram range (default: the rule's, 1 for P and b for E).
-        min_threshold: positive floor of C_t and R_t (post-processing, privacy-neutral) [F-17].
+        min_threshold: positive floor of C_t and R_t (post-processing, privacy-neutral) [DCSGD-17].
 
     State (all in :meth:`state_dict`): the step t, the threshold C_t and range R_t of the coming step, and the
     last released noisy histogram with the C and R it was built at (``last_release``).
@@ -270,7 +270,7 @@ class DCSGD(ScaledSum):
 
     @classmethod
     def from_plan(cls, plan, **hyperparameters) -> "DCSGD":
-        """At the plan's sigma; sigma_H, unless given, follows :func:`run_sigma_H` (the paper's rule [F-38])."""
+        """At the plan's sigma; sigma_H, unless given, follows :func:`run_sigma_H` (the paper's rule [DCSGD-38])."""
         hyperparameters.setdefault("sigma_H", run_sigma_H(plan.sigma))
         return cls(sigma=plan.sigma, **hyperparameters)
 
@@ -309,7 +309,7 @@ class DCSGD(ScaledSum):
         return self.C  # of the gradient sum; the histogram has sensitivity 1 (histogram_sensitivity)
 
     def noise_std(self) -> float:
-        return self.sigma_T * self.C  # Alg. 1 l.8 [F-3]
+        return self.sigma_T * self.C  # Alg. 1 l.8 [DCSGD-3]
 
     def noise_multiplier(self) -> float:
         return self.sigma  # Theorem 2: gradient + histogram cost exactly DP-SGD at sigma
@@ -324,7 +324,7 @@ class DCSGD(ScaledSum):
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
         super().accumulate(acc, mb)  # sum_i Clip(g_i, C_t)
-        acc["H"] += build_histogram(mb.norms, self.R, self.b)  # Alg. 2 l.1-4 on the unclipped norms [F-2]
+        acc["H"] += build_histogram(mb.norms, self.R, self.b)  # Alg. 2 l.1-4 on the unclipped norms [DCSGD-2]
         acc["unclipped"] += (mb.norms <= self.C).sum()
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
@@ -379,8 +379,8 @@ class DCSGD(ScaledSum):
 class DCSGDP(DCSGD):
     """DC-SGD-P (Algorithm 3): ``C_{t+1}`` = the noisy histogram's p-quantile bin midpoint, ``R_{t+1} = 2 C_{t+1}``.
 
-    One hyperparameter, ``p`` in (0, 1), the fraction of examples left unclipped (paper grid 0.1, ..., 0.9) [F-8].
-    Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = 1`` [F-16]. Once ``R_t = 2 C_t``,
+    One hyperparameter, ``p`` in (0, 1), the fraction of examples left unclipped (paper grid 0.1, ..., 0.9) [DCSGD-8].
+    Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = 1`` [DCSGD-16]. Once ``R_t = 2 C_t``,
     each step multiplies C by one of (2k + 1)/b, i.e. between 0.05 and 1.95 for b = 20.
 
     Example:
@@ -410,7 +410,7 @@ class DCSGDE(DCSGD):
 
     No hyperparameter to tune. Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = b``.
     The variance term uses sigma_T, the expected batch size B and the number d of trainable parameters, all
-    set by :meth:`bind`. ``max_repeats`` caps the re-centring loop [F-17].
+    set by :meth:`bind`. ``max_repeats`` caps the re-centring loop [DCSGD-17].
 
     Example:
         >>> m = DCSGDE(sigma=1.0)
@@ -432,7 +432,7 @@ class DCSGDE(DCSGD):
     def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
         search = expected_error_threshold(H, self.C, self.R, sigma_T=self.sigma_T, B=self.B, d=self.d,
                                           max_repeats=self.max_repeats, min_threshold=self.min_threshold)
-        C_next = self.C if search.capped else search.C  # a degenerate noisy histogram: keep C_t [F-17]
+        C_next = self.C if search.capped else search.C  # a degenerate noisy histogram: keep C_t [DCSGD-17]
         R_next = expected_error_range(H, self.R)  # Alg. 4 l.14-16
         return C_next, R_next, {"E_repeats": float(search.repeats), "E_capped": float(search.capped)}
 

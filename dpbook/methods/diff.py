@@ -4,7 +4,7 @@ Both release, at most steps, a clipped and noised *difference* and add back an e
 (post-processing), so the sensitivity is the difference's clipping bound ``C_d``. Both keep that estimate as state.
 They differ in *what* is subtracted.
 
-**DIFF** (DPDR paper, Sec. 4.1, Eq. (1), with the noise inside the 1/B and the sum over the Poisson batch [F-6]):
+**DIFF** (DPDR paper, Sec. 4.1, Eq. (1), with the noise inside the 1/B and the sum over the Poisson batch [DPDR-6]):
 subtract the previous *released* gradient from each per-sample gradient::
 
     t = 1:   g~_1 = ( sum_i Clip(g_i, C_g) + N(0, sigma^2 C_g^2 I) ) / B                 (DP-SGD; no g~_0 exists)
@@ -30,7 +30,7 @@ implement a running estimator refreshed by DP-SGD every ``restart_every`` steps,
 
 Both gradients of a difference are taken on the *same* Poisson batch of step t (one release, sensitivity C_d), at
 the current and at the previous iterate (``MicroBatch.grads_at``): twice the gradient work of DP-SGD, as the DPDR
-paper says. What is left open, and made a hyperparameter here [F-25]: the restart period R (``restart_every``), the
+paper says. What is left open, and made a hyperparameter here [DPDR-25]: the restart period R (``restart_every``), the
 noise of the restarts against that of the differences (``sigma_restart``; :meth:`DIFF2.from_plan` takes their
 ratio and calibrates both to the budget for the run's exact heterogeneous history) and the clipping bound at
 restarts (``C_g``, default ``C_d``). DIFF2 was designed for full-batch distributed learning; this is its
@@ -208,8 +208,8 @@ class DIFF2(_DifferenceMethod):
         C_d: clipping bound of ``grad l(w_t; x_i) - grad l(w_{t-1}; x_i)`` (the paper tunes it in [0.001, 1]).
         sigma: noise multiplier of the difference steps.
         C_g: clipping bound of the restart (DP-SGD) steps (default ``C_d``).
-        restart_every: R, steps between restarts (1, 1 + R, 1 + 2R, ...); default 50; ``None``: only step 1 [F-25].
-        sigma_restart: noise multiplier of the restart steps (default ``sigma``: every step costs the same) [F-25].
+        restart_every: R, steps between restarts (1, 1 + R, 1 + 2R, ...); default 50; ``None``: only step 1 [DPDR-25].
+        sigma_restart: noise multiplier of the restart steps (default ``sigma``: every step costs the same) [DPDR-25].
 
     Each step is accounted at its own multiplier. :meth:`from_plan` sets both for a budget.
 

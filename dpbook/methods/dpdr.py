@@ -1,25 +1,25 @@
 r"""DPDR (Liu et al., 2024): gradient Decomposition against the previous noisy gradient, and Reconstruction.
 
-Algorithm 1 of the paper, as read in the notes (``seed-dpdr.md`` §2.5; flags [F-n] are the notes' §10). The
-"layers" are the model's parameter tensors (weight and bias apart) [F-10]; ``m`` is their number, ``b^(l)`` the
+Algorithm 1 of the paper, as read by this book (ids ``DPDR-n`` of ``book/readings.md``). The
+"layers" are the model's parameter tensors (weight and bias apart) [DPDR-10]; ``m`` is their number, ``b^(l)`` the
 unit direction of layer ``l`` of the previous *released* gradient, and the engine divides the release by the
-expected batch size B [F-5]::
+expected batch size B [DPDR-5]::
 
     for t = 1..T:
-        if 2 <= t <= s:                                           # a GDR step (s - 1 of them) [F-9]
-            a_i^(l) = <g_i^(l), b^(l)>                              Eq. (2), ||b^(l)|| = 1 [F-11]
+        if 2 <= t <= s:                                           # a GDR step (s - 1 of them) [DPDR-9]
+            a_i^(l) = <g_i^(l), b^(l)>                              Eq. (2), ||b^(l)|| = 1 [DPDR-11]
             p_i^(l) = g_i^(l) - a_i^(l) b^(l)                       Eq. (2): the orthogonal (incremental) part
-            P = sum_i p_i min(1, C_perp / ||p_i||)                  one flat L2 clip over all layers [F-10]
-            A = sum_i a_i min(1, C_alpha / ||a_i||)                 a_i in R^m, one joint L2 clip [F-4]
+            P = sum_i p_i min(1, C_perp / ||p_i||)                  one flat L2 clip over all layers [DPDR-10]
+            A = sum_i a_i min(1, C_alpha / ||a_i||)                 a_i in R^m, one joint L2 clip [DPDR-4]
             g~_perp = P + N(0, sigma_perp^2 C_perp^2 I_d)
             alpha~  = A + N(0, sigma_alpha^2 C_alpha^2 I_m)
             g~^(l)  = alpha~^(l) b^(l) + g~_perp^(l)                 reconstruction
         else:                                                     # DP-SGD: t = 1 and t > s
             g~ = sum_i g_i min(1, C_g / ||g_i||) + N(0, sigma_g^2 C_g^2 I_d)
         w <- optimizer(w, g~ / B)                                  (the engine)
-        if t < s: b^(l) = g~^(l) / ||g~^(l)||                      post-processing; also after step 1 [F-8]
+        if t < s: b^(l) = g~^(l) / ||g~^(l)||                      post-processing; also after step 1 [DPDR-8]
 
-**Efficient implementation** (notes §2.5). Because ``||b^(l)|| = 1``, only per-sample layer norms and inner
+**Efficient implementation** (derived here). Because ``||b^(l)|| = 1``, only per-sample layer norms and inner
 products with ``b`` are needed; no per-sample orthogonal tensor is ever formed::
 
     ||p_i||^2       = sum_l ( ||g_i^(l)||^2 - (a_i^(l))^2 )
@@ -33,11 +33,11 @@ In float32 it changes the clip factor by less than 0.04% for any gradient whose 
 its norm (by 3% at 1%); it is what makes
 ``||contribution|| <= C_perp`` hold on adversarial inputs (``tests/test_dpdr.py``).
 
-**Accounting** (notes §3.5). The two releases of a GDR step see the same Poisson batch: they are one Gaussian
-mechanism with noise multiplier ``sigma_eff = (sigma_perp^-2 + sigma_alpha^-2)^(-1/2)``, not two independent
-ones (Theorem 1's ``eps_perp + eps_alpha`` composes them as if they were independent [F-13]). The run's history is
-``[(sigma_g, q, 1), (sigma_eff, q, s - 1), (sigma_g, q, T - s)]``; :func:`calibrate_sigma_g` finds the sigma_g
-that makes it cost exactly a target epsilon.
+**Accounting** (privacy hygiene rule 4). The two releases of a GDR step see the same Poisson batch: they are one
+Gaussian mechanism with noise multiplier ``sigma_eff = (sigma_perp^-2 + sigma_alpha^-2)^(-1/2)``, not two
+independent ones (Theorem 1's ``eps_perp + eps_alpha`` composes them as if they were independent [DPDR-13]). The
+run's history is ``[(sigma_g, q, 1), (sigma_eff, q, s - 1), (sigma_g, q, T - s)]``; :func:`calibrate_sigma_g` finds
+the sigma_g that makes it cost exactly a target epsilon.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def difference_sq_norms(a: torch.Tensor, sq: torch.Tensor, r: torch.Tensor) -> t
     r"""``||g_i - g~||^2`` for a previous gradient ``g~^(l) = r_l b^(l)``: the DIFF residual (Eq. (1)), shape ``(n,)``.
 
     ``||g_i - g~||^2 = ||g_i||^2 - 2 sum_l r_l a_i^(l) + sum_l r_l^2``; ``r`` (shape ``(m,)``) holds the layer norms
-    of ``g~``. Always >= :func:`orthogonal_sq_norms` (notes §2.3, [F-7]): the orthogonal part is the shortest
+    of ``g~``. Always >= :func:`orthogonal_sq_norms` ([DPDR-7]): the orthogonal part is the shortest
     residual ``g - c b`` over all ``c``, and DIFF subtracts one particular ``c``.
 
     >>> difference_sq_norms(torch.tensor([[3.0]]), torch.tensor([[25.0]]), torch.tensor([5.0])).tolist()
@@ -164,13 +164,13 @@ class DPDR(Method):
     Args:
         C_perp, sigma_perp: clipping bound and noise multiplier of the orthogonal parts (flat L2 over all layers).
         C_alpha, sigma_alpha: clipping bound and noise multiplier of the vector of per-layer coefficients
-            ``alpha_i in R^m`` (joint L2 clip, [F-4]; clipping each ``|alpha^(l)|`` instead would multiply the
+            ``alpha_i in R^m`` (joint L2 clip, [DPDR-4]; clipping each ``|alpha^(l)|`` instead would multiply the
             sensitivity by ``sqrt(m)``).
         C_g, sigma_g: DP-SGD's clipping bound and noise multiplier for step 1 and the steps after ``s``.
         s: the last GDR step (default 50, the paper's best, Fig. 6); ``s = 1`` is plain DP-SGD.
 
     What the accountant sees (:meth:`noise_multiplier`): ``sigma_g`` on DP-SGD steps and
-    ``sigma_eff(sigma_perp, sigma_alpha)`` on GDR steps (notes §3.5). On a GDR step one example contributes
+    ``sigma_eff(sigma_perp, sigma_alpha)`` on GDR steps (privacy hygiene rule 4). On a GDR step one example contributes
     ``e_i a_i^(l) b^(l) + c_i p_i^(l)`` per layer, two orthogonal parts, so :meth:`sensitivity` is
     ``sqrt(C_perp^2 + C_alpha^2)``; :meth:`noise_std` is the isotropic part ``sigma_perp C_perp``, and the
     ``alpha`` noise ``sigma_alpha C_alpha`` lies along each ``b^(l)`` only.
@@ -299,7 +299,7 @@ class DPDR(Method):
         else:
             released = [s + noise.like(s, self.sigma_g * self.C_g) for s in acc["sum"]]
         self._record_diagnostics(acc, released)
-        if self.step < self.s:  # the next step is a GDR step: its base is this release (post-processing) [F-8]
+        if self.step < self.s:  # the next step is a GDR step: its base is this release (post-processing) [DPDR-8]
             self.b = unit_directions(released)
             self.released_norms = torch.stack([g.norm() for g in released]) / self.B
         return released

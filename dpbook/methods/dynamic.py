@@ -2,12 +2,12 @@
 the clipping-threshold schedule only.
 
 The DC-SGD paper uses only Du et al.'s threshold schedule (not their noise schedule), with a constant noise
-multiplier sigma under RDP, tuning C_0 and rho_C (extraction notes, Sec. 10.3):
+multiplier sigma under RDP, tuning C_0 and rho_C (reading DCSGD-43):
 
     C_t = C_0 rho_C^(t / T)              t = 0, ..., T-1 (decays geometrically from C_0 towards rho_C C_0)
     g~_t = ( sum_{i in B_t} Clip(g_{t,i}, C_t) + N(0, sigma^2 C_t^2 I_d) ) / B
 
-Why the exponent is read as +t/T, a decay, although the DC-SGD paper never writes the formula [F-43]: its grid
+Why the exponent is read as +t/T, a decay, although the DC-SGD paper never writes the formula [DCSGD-43]: its grid
 is rho_C in {0.1, ..., 0.9}, all below 1, and its motivation is that per-sample norms shrink during training
 (its Fig. 8), so the threshold should shrink with them. The other sign, rho_C^(-t/T), would *grow* the threshold
 for every rho_C of the grid. The notebook ``dcsgd_synthetic_norms`` plots both readings.
@@ -24,7 +24,7 @@ from dpbook.methods.registry import register
 
 
 def dynamic_threshold(t: int, *, C_0: float, rho_C: float, T: int) -> float:
-    """``C_t = C_0 rho_C^(t/T)`` [F-43].
+    """``C_t = C_0 rho_C^(t/T)`` [DCSGD-43].
 
         >>> [round(dynamic_threshold(t, C_0=2.0, rho_C=0.25, T=4), 4) for t in range(5)]
         [2.0, 1.4142, 1.0, 0.7071, 0.5]

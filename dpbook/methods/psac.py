@@ -1,7 +1,7 @@
 r"""DP-PSAC (Xia et al. 2023), DP-PSASC and DP-PSASC with inner-outer momentum (Huang et al., arXiv 2411.03059).
 
-All three replace clipping by a non-monotone per-sample weight of the gradient norm (notes, §2.1; the weight
-functions and their closed-form facts are in :mod:`dpbook.weights`):
+All three replace clipping by a non-monotone per-sample weight of the gradient norm (the DP-PSASC paper's
+Eqs. (1)-(6); the weight functions and their closed-form facts are in :mod:`dpbook.weights`):
 
     psac            w(g) = C / (||g|| + r / (||g|| + r))                        Eq. (4); sensitivity C
     psasc           w(g) = C / (s ||g|| + r / (||g|| + r))                      Eq. (6); sensitivity C / s
@@ -9,20 +9,20 @@ functions and their closed-form facts are in :mod:`dpbook.weights`):
 
 and release ``sum_i w_i g_i + N(0, (sigma * sensitivity)^2 I_d)`` (Eqs. (5), (8); the engine divides by the
 expected batch size B). The accountant sees ``sigma`` at every step: each step is exactly as private as a DP-SGD
-step with noise multiplier sigma (Theorem 1; add/remove-one adjacency, note F-5).
+step with noise multiplier sigma (Theorem 1; add/remove-one adjacency, reading PSASC-5).
 
-Readings of the paper (flags of the notes, §10):
+Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``):
 
-- F-4: batches are Poisson samples (q = B/N) and sums are divided by the expected B, to match the accountant.
-- F-7: r is an input of every algorithm (Table II's "Stable Parameter").
-- F-8: the noise is isotropic, N(0, (C sigma / s)^2 I_d).
-- F-9: the loops run T iterations, k = 0 .. T-1.
-- F-14 (Algorithm 3): the inner momentum is m_{k,i} = sum_{l=max(0,k-K0)}^{k} gamma0^{k-l} g_{l,i}, the current
+- PSASC-4: batches are Poisson samples (q = B/N) and sums are divided by the expected B, to match the accountant.
+- PSASC-7: r is an input of every algorithm (Table II's "Stable Parameter").
+- PSASC-8: the noise is isotropic, N(0, (C sigma / s)^2 I_d).
+- PSASC-9: the loops run T iterations, k = 0 .. T-1.
+- PSASC-14 (Algorithm 3): the inner momentum is m_{k,i} = sum_{l=max(0,k-K0)}^{k} gamma0^{k-l} g_{l,i}, the current
   gradient included, unnormalised (weights 1, gamma0, ..., gamma0^K0, newest first); the first K0 steps use
   the iterates that exist. The printed window l = k-1-K0 .. k-1 (which excludes w_k) is not implemented.
-- F-13, F-15, F-16: Table III's DP-PSASC* is Algorithm 3 (the only minibatch version); its gamma0, gamma1 and
-  K0 are not given in the paper, so :class:`PSASCMomentum` has no defaults for them.
-- F-17: s changes utility, not privacy: the (epsilon, delta) of every method here depends on sigma only.
+- PSASC-13, PSASC-15, PSASC-16: Table III's DP-PSASC* is Algorithm 3 (the only minibatch version); its gamma0,
+  gamma1 and K0 are not given in the paper, so :class:`PSASCMomentum` has no defaults for them.
+- PSASC-17: s changes utility, not privacy: the (epsilon, delta) of every method here depends on sigma only.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class PSASC(PSAC):
 
 @register("psasc-momentum")
 class PSASCMomentum(PSASC):
-    r"""DP-PSASC* (Algorithm 3, clarified reading of the notes §2.8): inner per-sample and outer noisy momentum.
+    r"""DP-PSASC* (Algorithm 3, readings PSASC-14 and PSASC-16): inner per-sample and outer noisy momentum.
 
     At step k, for each example i of the Poisson batch, with the iterates w_l of the last K0 steps::
 

@@ -26,26 +26,26 @@ from step to step, N tensors of the model's size in all (N d numbers, in :meth:`
 scaling, and the noise is added once per step *after* the sum, so no noise enters the EMA. Theorem 3 states
 Algorithm 2's parameters: one gamma = O(T^{-1/4}) (with s = O(T^{-1/4}), r = O(T^{-1/2}), eta = O(T^{-3/4})).
 
-Readings of the paper (flags of the DP-PSASC notes):
+Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``):
 
-- [F-9]: the loop runs T iterations, k = 0 .. T-1 (the printed ``k = 1; k < T`` runs T - 1 and never defines w_1).
-- [F-10]: line 5 scales m_{k,i} before line 10 computes it. ``reading="update-then-scale"`` (the default) updates
+- [PSASC-9]: the loop runs T iterations, k = 0 .. T-1 (the printed ``k = 1; k < T`` runs T - 1 and never defines w_1).
+- [PSASC-10]: line 5 scales m_{k,i} before line 10 computes it. ``reading="update-then-scale"`` (the default) updates
   the EMA with the current gradient first and scales the updated m_{k,i}, so the gradient computed at w_k (line 4)
   moves w_k. ``reading="scale-then-update"`` keeps the printed line order: step k scales m_{k-1,i}, the EMA up to
   the previous iterate, and then folds g_{k,i} in for the next step (steps 0 and 1 both scale m_{0,i} = g_{0,i}).
   Both readings have the same sensitivity and the same accounting.
-- [F-11]: the ``eta / B`` of line 8 is ``eta / N``: with sample rate q = 1 the expected batch size B *is* N, so the
-  engine's division by B is the paper's. [F-12]: line 9's ``i < N`` means every i = 1 .. N.
-- [F-7], [F-8]: r is an input; the noise is isotropic, N(0, (C sigma / s)^2 I_d).
-- [F-13], [F-16]: Theorem 3's single gamma is this algorithm's; the minibatch Algorithm 3 (``psasc-momentum`` in
+- [PSASC-11]: the ``eta / B`` of line 8 is ``eta / N``: with sample rate q = 1 the expected batch size B *is* N, so the
+  engine's division by B is the paper's. [PSASC-12]: line 9's ``i < N`` means every i = 1 .. N.
+- [PSASC-7], [PSASC-8]: r is an input; the noise is isotropic, N(0, (C sigma / s)^2 I_d).
+- [PSASC-13], [PSASC-16]: Theorem 3's single gamma is this algorithm's; the minibatch Algorithm 3 (``psasc-momentum`` in
   ``psac.py``) has (gamma0, gamma1, K0). Which of the two Table III's DP-PSASC* used is discussed in the chapter
   ``notebooks/psasc_in_training.ipynb``.
 
-Privacy (add/remove-one adjacency, [F-5]). Every m_i depends only on d_i and on the already released iterates
+Privacy (add/remove-one adjacency, [PSASC-5]). Every m_i depends only on d_i and on the already released iterates
 w_0 .. w_k, and its scaled version has norm < C/s (Eq. (6): ||C m / (s ||m|| + r / (||m|| + r))|| < C/s for every m),
 so adding or removing one example changes the step's sum by less than C/s: each step is a Gaussian mechanism with
 noise multiplier sigma, and T steps compose adaptively. Nothing is subsampled: the accountant records (sigma, q = 1)
-per step, i.e. T-fold composition of the Gaussian mechanism with no amplification ([F-6]: Theorem 1's B/N does not
+per step, i.e. T-fold composition of the Gaussian mechanism with no amplification ([PSASC-36]: Theorem 1's B/N does not
 apply). :meth:`from_plan` takes a plan calibrated at sample rate 1 and refuses any other.
 
 Example identities: the EMA is indexed by example, so the method needs each example's index in the training set.
@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from dpbook.tuning import TuningPlan
 
 READINGS = ("update-then-scale", "scale-then-update")
-"""The two readings of Algorithm 2's line order ([F-10]); the first is the default."""
+"""The two readings of Algorithm 2's line order ([PSASC-10]); the first is the default."""
 
 
 @register("psasc-momentum-gd")
@@ -106,7 +106,7 @@ class PSASCMomentumGD(PSASC):
         gamma: momentum parameter in (0, 1], the weight of the *new* gradient in m = gamma g + (1 - gamma) m
             (Algorithm 2, line 10). 1: no momentum, full-batch DP-PSASC exactly. Theorem 3 takes gamma = O(T^{-1/4}),
             a long memory. 0 would freeze every m_i at its gradient at w_0 and is refused.
-        reading: ``"update-then-scale"`` (default) or ``"scale-then-update"`` ([F-10], module docstring).
+        reading: ``"update-then-scale"`` (default) or ``"scale-then-update"`` ([PSASC-10], module docstring).
 
     Memory: N d numbers of state (one EMA per example and parameter), besides the engine's per-sample gradients.
     """
@@ -121,7 +121,7 @@ class PSASCMomentumGD(PSASC):
         self.gamma = checks.rate("gamma (momentum parameter)", gamma,
                                  "the weight of the new gradient in m = gamma g + (1 - gamma) m; 1: no momentum")
         if reading not in READINGS:
-            raise ValueError(f"reading must be one of {READINGS} (note F-10), got {reading!r}")
+            raise ValueError(f"reading must be one of {READINGS} (reading PSASC-10), got {reading!r}")
         self.reading = reading
         self.N = 0  # training-set size, the expected batch size B at q = 1 (set by bind)
         self.m: list[torch.Tensor] = []  # per-sample EMA, one tensor (N, *shape) per parameter (allocated by bind)

@@ -16,7 +16,7 @@ Andrew 45, Du 90 points) by about 0.4, keeping their candidates' spread: 4, 4, 1
 DC-SGD paper does not tune get small grids over what their own papers tune: Auto-S (AutoClip) nothing (DC-SGD
 App. G), PSAC r, PSASC and PSASC* s (DP-PSASC keeps C and r fixed), DPDR its clipping bound and s, DIFF the
 difference bound C_d, and DIFF2 C_d, its restart period (5 or 50 steps) and the noise of its restarts relative to
-its difference steps (equal, or half: :meth:`dpbook.methods.diff.DIFF2.from_plan`), which no paper fixes [F-25].
+its difference steps (equal, or half: :meth:`dpbook.methods.diff.DIFF2.from_plan`), which no paper fixes [DPDR-25].
 
 One command regenerates every result file (about 5,500 runs of a third of a second each, DIFF2 twice that)::
 
@@ -51,7 +51,7 @@ GRIDS: dict[str, list[dict]] = {
     # DPDR's DP-SGD phase clips at the same bound as its orthogonal parts (C_g = C_perp)
     "dpdr": [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in (0.5, 1.0) for s in (5, 22)],
     "diff": product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,)),
-    # DIFF2's restart period and restart-to-difference noise ratio are left open by the papers [F-25]: tuned too
+    # DIFF2's restart period and restart-to-difference noise ratio are left open by the papers [DPDR-25]: tuned too
     "diff2": product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,), restart_every=(5, 50), restart_noise_ratio=(1.0, 0.5)),
 }
 

@@ -13,7 +13,7 @@ protocol that charges the search the run belongs to (``"none"``, ``"rdp"`` or ``
 4. trains with :class:`dpbook.train.Trainer` (checkpointed, so an interrupted run resumes where it stopped),
 5. checks with the accountant that the run spent no more than the plan charges it, and
 6. writes one result file atomically (:mod:`dpbook.repro.results`), which later calls find and reuse. It holds only what
-   the privacy guarantee covers (DESIGN.md, hygiene rule 8): test-set metrics, epsilon spent, released diagnostics
+   the privacy guarantee covers (privacy hygiene rule 8): test-set metrics, epsilon spent, released diagnostics
    and the public configuration. The run never asks for non-private diagnostics (the Trainer's opt-in stays off).
 
 The same function serves a CPU smoke test, a book page and a full GPU reproduction; only the parameters differ.
@@ -98,7 +98,7 @@ class Experiment:
 
     ``delta=None`` is 1/N (the DC-SGD paper's choice). ``G`` is the size of the grid the run belongs to; with
     ``protocol="none"`` it does not change the run (tuning is free) and is recorded as 1. ``train_size`` keeps a
-    fixed random subset of the training set (DP-PSASC's FashionMNIST has 40,000 examples [F-23]); the subset is
+    fixed random subset of the training set (DP-PSASC's FashionMNIST has 40,000 examples [PSASC-23]); the subset is
     part of the data, the same for every seed. ``micro_batch_size`` only bounds memory; it is not part of the key.
     """
 

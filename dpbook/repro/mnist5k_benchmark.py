@@ -27,7 +27,7 @@ MNIST values) at the digits benchmark's C = 1 and r = 0.01, not DP-PSASC's MNIST
 C is a common scale that does not matter; r does); DPDR its clipping bound (0.1 or 1) and its number of GDR steps s
 in {4, 16} (the paper's s = 50 is 1.1 % of its T, less than one of our 80 steps: 5 % and 20 % of T instead); DIFF
 the difference bound C_d (0.1 or 1); DIFF2 C_d and its restart period (5 or 50 steps) at equal restart and
-difference noise [F-25].
+difference noise [DPDR-25].
 
 One command regenerates every result file (it skips what exists, so it can run in parts)::
 
@@ -60,7 +60,7 @@ GRIDS: dict[str, list[dict]] = {
     # DPDR's DP-SGD phase clips at the same bound as its orthogonal parts (C_g = C_perp)
     "dpdr": [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in C_GRID for s in (4, 16)],
     "diff": product(C_d=C_GRID, C_g=(1.0,)),
-    # DIFF2's restart period is left open by the papers [F-25]: tuned too
+    # DIFF2's restart period is left open by the papers [DPDR-25]: tuned too
     "diff2": product(C_d=C_GRID, C_g=(1.0,), restart_every=(5, 50), restart_noise_ratio=(1.0,)),
 }
 

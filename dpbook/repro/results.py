@@ -97,7 +97,7 @@ def write_result(record: Mapping[str, Any], path: str | Path) -> Path:
     """Write one run's record atomically as one compact JSON line (see :func:`dpbook.io.atomic_write_json`).
 
     A record holding a non-private statistic (:func:`nonprivate_keys`) is refused: result files hold only what the
-    privacy guarantee covers (DESIGN.md, hygiene rule 8).
+    privacy guarantee covers (privacy hygiene rule 8).
     """
     leaked = nonprivate_keys(record)
     if leaked:

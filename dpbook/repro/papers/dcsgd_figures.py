@@ -115,7 +115,7 @@ def per_sample_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: 
 
 def measure_fig4(rep, dataset: str, model_name: str) -> None:
     """Train DP-SGD (C = 1, epsilon = 8, Adam) and, at the given fractions of the run, evaluate Eq. 4's E(C) on one
-    Poisson batch's true per-sample norms [F-31]. Skipped when its analysis file exists."""
+    Poisson batch's true per-sample norms [DCSGD-31]. Skipped when its analysis file exists."""
     params = fig4_params(rep, dataset, model_name)
     path = analysis_path(rep, "fig4", params)
     if path.exists():

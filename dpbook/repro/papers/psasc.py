@@ -2,10 +2,10 @@ r"""Reproducing DP-PSASC (Huang et al.): Table III, with Table II's settings, le
 
 A cell of Table III is one (benchmark, method). It is a base :class:`~dpbook.repro.experiment.Experiment` at Table
 II's setting (protocol "none") and a grid of learning rates times the method's own points (C and r from Table II,
-s from Table III, DP-PSASC*'s momentum constants [F-15]); :mod:`dpbook.repro.reproduce` trains grid point i with
+s from Table III, DP-PSASC*'s momentum constants [PSASC-15]); :mod:`dpbook.repro.reproduce` trains grid point i with
 seed i and re-trains the best point with seeds 0..n-1.
 
-The paper gives no learning rate [F-29]. The grid is one of effective learning rates
+The paper gives no learning rate [PSASC-29]. The grid is one of effective learning rates
 :math:`\eta_\mathrm{eff} = \mathrm{lr}\cdot\Delta/\gamma_1` (``lr_scaling="sensitivity"``), so that every method
 moves its weights by steps of the same size whatever its sensitivity :math:`\Delta`.
 
