@@ -1,5 +1,5 @@
 # dpbook: two commands do all the set-up on a machine that has python3 (>= 3.10), make and git.
-#   make test   create .venv if missing, install, run the whole test suite
+#   make test   create .venv if missing, install, lint (ruff), run the whole test suite
 #   make book   create .venv if missing, install, execute the notebooks (cached), build the HTML book
 #   make check  everything CI checks: the test suite, the book build, then every page of the book in headless
 #               Chromium (`make browser`; needs Debian's chromium: apt-get install chromium)
@@ -34,6 +34,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 
 test: $(STAMP)
+	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 book: $(STAMP)

@@ -37,6 +37,12 @@ Conventions, shared by every function here:
 
 from __future__ import annotations
 
+__all__ = [
+    "ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "calibrate_scale", "epsilon", "epsilon_of_history", "noise_multiplier",
+    "PrivacyLedger", "sigma_T", "sigma_delta", "sigma_eff", "OPACUS_ORDERS", "LOW_ORDERS", "MAX_ORDER",
+    "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "Segment", "check_segment", "check_accountant"
+]
+
 import functools
 import math
 from dataclasses import dataclass
@@ -49,19 +55,6 @@ from opacus.accountants.analysis.prv.domain import Domain
 from scipy import special
 
 from dpbook import checks
-
-__all__ = [
-    "ACCOUNTANTS",
-    "MAX_NOISE_MULTIPLIER",
-    "calibrate_scale",
-    "epsilon",
-    "epsilon_of_history",
-    "noise_multiplier",
-    "PrivacyLedger",
-    "sigma_T",
-    "sigma_delta",
-    "sigma_eff",
-]
 
 #: The accountants :func:`epsilon` knows, by name.
 ACCOUNTANTS = {"rdp": RDPAccountant, "prv": PRVAccountant}

@@ -22,6 +22,13 @@ crossover of their rates.
 
 from __future__ import annotations
 
+__all__ = [
+    "BoundTerms", "dcsgd_sigma", "dcsgd_p_theorem3", "dcsgd_theorem3_eq22", "dcsgd_balanced", "dcsgd_e_eq10",
+    "dpdr_lemma2", "dpdr_theorem2", "dpdr_clip_probability", "psasc_theorem2_step_size",
+    "psasc_theorem2_leading_term", "psasc_theorem2_rate", "PSASCSchedules", "psasc_theorem3_schedules",
+    "psasc_theorem3_rate", "psasc_crossover_T", "Balanced"
+]
+
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -29,14 +36,6 @@ from typing import NamedTuple
 import numpy as np
 
 from dpbook import checks
-
-__all__ = [
-    "BoundTerms",
-    "dcsgd_sigma", "dcsgd_p_theorem3", "dcsgd_theorem3_eq22", "dcsgd_balanced", "dcsgd_e_eq10",
-    "dpdr_lemma2", "dpdr_theorem2", "dpdr_clip_probability",
-    "psasc_theorem2_step_size", "psasc_theorem2_leading_term", "psasc_theorem2_rate",
-    "PSASCSchedules", "psasc_theorem3_schedules", "psasc_theorem3_rate", "psasc_crossover_T",
-]
 
 
 @dataclass(frozen=True)

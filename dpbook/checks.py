@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+__all__ = ["real", "positive", "non_negative", "rate", "open_unit", "closed_unit", "integer", "one_of", "did_you_mean"]
+
 import difflib
 import math
 import numbers

@@ -48,6 +48,13 @@ an ImageNet subset. The papers state no normalisation.
 
 from __future__ import annotations
 
+__all__ = [
+    "DEFAULT_ROOT", "IMAGENET_MEAN", "IMAGENET_STD", "CELEBA_LABEL", "IMAGENETTE_SIZE", "IMAGENETTE_WNIDS",
+    "SIMCLR_FEATURES", "DataSplits", "DatasetNotFoundError", "DATASETS", "NORMALIZATION", "load_dataset",
+    "load_tensors", "load_features", "load_digits", "synthetic_classification", "MNIST5K_FILE", "MNIST5K_SHA256",
+    "MNIST5K_SPLIT", "load_mnist5k", "mnist5k_path"
+]
+
 import gzip
 import hashlib
 import importlib.util

@@ -29,6 +29,8 @@ unclipped per-sample norms.
 
 from __future__ import annotations
 
+__all__ = ["HISTOGRAM_SENSITIVITY", "bin_index", "build_histogram", "noisy_histogram", "midpoints", "noisy_total"]
+
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -3,6 +3,8 @@ resumable records of long commands (:func:`resumable`)."""
 
 from __future__ import annotations
 
+__all__ = ["MODE", "atomic_torch_save", "atomic_write_json", "remove_stale_temporaries", "resumable"]
+
 import argparse
 import json
 import os
@@ -12,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-
 
 #: Files written here are readable by everyone, like any file the user writes (mkstemp's own default is 0600).
 MODE = 0o644

@@ -25,6 +25,12 @@ Counts are for 10 classes and the default options. :func:`build_model` builds an
 
 from __future__ import annotations
 
+__all__ = [
+    "group_norm", "check_no_batchnorm", "replace_batchnorm", "count_parameters", "mnist_cnn", "cifar10_cnn",
+    "digits_cnn", "digits_mlp", "BasicBlock", "ResNetGN", "resnet18_gn", "resnet34_gn", "Residual", "resnet9",
+    "Standardize", "linear_classifier", "MODELS", "build_model"
+]
+
 import math
 from collections import OrderedDict
 from typing import Callable

@@ -24,6 +24,8 @@ method's :meth:`~dpbook.methods.base.Method.nonprivate_diagnostics`) are for tea
 
 from __future__ import annotations
 
+__all__ = ["PER_SAMPLE_ENGINES", "released_diagnostics", "DPOptimizer"]
+
 import functools
 import warnings
 from typing import Callable

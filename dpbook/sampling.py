@@ -1,11 +1,13 @@
 """Poisson sampling and micro-batching: the first stage of every private step.
 
 Each of the N examples joins the batch of step t independently with probability q = B/N, where B is the
-*expected* batch size. The realised size |B_t| is random and private: methods divide by B, never by |B_t|,
+*expected* batch size. The realised size ``|B_t|`` is random and private: methods divide by B, never by ``|B_t|``,
 and an empty batch is a valid step (it still adds noise and is accounted).
 """
 
 from __future__ import annotations
+
+__all__ = ["PoissonSampler", "micro_batches"]
 
 from typing import Iterator
 

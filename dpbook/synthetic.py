@@ -8,6 +8,8 @@ can feed them any stream of norms.
 
 from __future__ import annotations
 
+__all__ = ["run_on_norms"]
+
 from typing import Iterable
 
 import torch

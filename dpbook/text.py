@@ -50,6 +50,13 @@ gives an offline model for tests and CPU smoke runs:
 
 from __future__ import annotations
 
+__all__ = [
+    "NAMES_URL", "NAMES_LANGUAGES", "NAMES_ALPHABET", "NAMES_PAD", "NAMES_VOCAB_SIZE", "to_ascii", "encode_names",
+    "decode_names", "load_names", "LSTMLayer", "CharLSTM", "char_lstm", "QNLI_URL", "QNLI_LABELS",
+    "PretrainedNotFoundError", "tokenize_pairs", "load_qnli", "BertClassifier", "BertHead", "bert_trainable_count",
+    "tiny_bert_config", "bert_classifier"
+]
+
 import copy
 import csv
 import math
@@ -482,8 +489,8 @@ class BertHead(nn.Module):
     from a ``BertConfig`` with random weights (no download). Sequences without padding (no attention mask).
 
         >>> head = BertHead(tiny_bert_config())
-        >>> tuple(head(torch.zeros(3, 16, 32)).shape), sum(p.numel() for p in head.parameters()) == bert_trainable_count(
-        ...     tiny_bert_config())
+        >>> n_params = sum(p.numel() for p in head.parameters())
+        >>> tuple(head(torch.zeros(3, 16, 32)).shape), n_params == bert_trainable_count(tiny_bert_config())
         ((3, 2), True)
     """
 

@@ -27,6 +27,11 @@ apart in ``log.nonprivate``, for teaching:
 
 from __future__ import annotations
 
+__all__ = [
+    "LogRows", "TrainLog", "evaluate", "Interrupted", "request_stop", "clear_stop_request", "StaleCheckpointError",
+    "check_data", "Trainer"
+]
+
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -74,39 +74,21 @@ says so.
 
 from __future__ import annotations
 
+__all__ = [
+    "PROTOCOLS", "LT_DELTA2", "TABLE_VII", "TUNED_HYPERPARAMETERS", "GRID_SIZES", "GRID_SIZES_SGD", "Setting",
+    "DCSGD_SETTINGS", "paper_grid", "lt_gamma", "lt_max_runs", "lt_expected_runs", "lt_theorem", "per_run_budget",
+    "calibrate_sigma", "TuningPlan", "tuning_plan", "search_schedule", "Run", "GridSearchResult", "grid_search",
+    "grid_product",
+]
+
 import itertools
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from dpbook import accounting, checks
-
-__all__ = [
-    "PROTOCOLS",
-    "LT_DELTA2",
-    "TABLE_VII",
-    "TUNED_HYPERPARAMETERS",
-    "GRID_SIZES",
-    "GRID_SIZES_SGD",
-    "Setting",
-    "DCSGD_SETTINGS",
-    "paper_grid",
-    "lt_gamma",
-    "lt_max_runs",
-    "lt_expected_runs",
-    "lt_theorem",
-    "per_run_budget",
-    "calibrate_sigma",
-    "TuningPlan",
-    "tuning_plan",
-    "search_schedule",
-    "Run",
-    "GridSearchResult",
-    "grid_search",
-]
 
 #: The protocols of this module and what each charges.
 PROTOCOLS = {
@@ -158,8 +140,17 @@ def paper_grid(method: str, optimizer: str = "adam") -> list[dict[str, float]]:
     axes = {name: TABLE_VII[row] for name, row in TUNED_HYPERPARAMETERS[method].items()}
     if optimizer == "sgd":
         axes["lr"] = TABLE_VII["lr"]
-    names = list(axes)
-    return [dict(zip(names, values)) for values in itertools.product(*(axes[n] for n in names))]
+    return grid_product(**axes)
+
+
+def grid_product(**axes) -> list[dict]:
+    """Every combination of the axes' values, one dict per grid point, the first axis varying slowest: the one
+    grid builder of the library, the benchmarks, the chapters and the notebook sweeps.
+
+    >>> grid_product(C=(0.1, 1.0), s=(5,))
+    [{'C': 0.1, 's': 5}, {'C': 1.0, 's': 5}]
+    """
+    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
 
 
 #: Grid sizes G with Adam (Table I's multipliers): DP-SGD 10, DC-SGD-P 9, DC-SGD-E 1, Andrew 45, Du 90.
@@ -222,9 +213,7 @@ def _check_protocol(protocol) -> str:
 
 
 def _check_G(G) -> int:
-    if isinstance(G, bool) or not isinstance(G, numbers.Integral) or G < 1:
-        raise ValueError(f"G (the number of hyperparameter combinations) must be an integer >= 1, got {G!r}")
-    return int(G)
+    return checks.integer("G (the number of hyperparameter combinations)", G)
 
 
 def _check_budget(epsilon, delta) -> tuple[float, float]:

@@ -47,23 +47,15 @@ The weight functions are plain arithmetic: they accept torch tensors, numpy arra
 
 from __future__ import annotations
 
+__all__ = [
+    "Peak", "autos_weight", "psac_weight", "psasc_weight", "psasc_peak", "psasc_sensitivity", "psasc_scaled_norm",
+    "psasc_to_psac_ratio", "psasc_as_psac", "relative_weight"
+]
+
 import math
 from typing import NamedTuple
 
 from dpbook import checks
-
-__all__ = [
-    "Peak",
-    "autos_weight",
-    "psac_weight",
-    "psasc_weight",
-    "psasc_peak",
-    "psasc_sensitivity",
-    "psasc_scaled_norm",
-    "psasc_to_psac_ratio",
-    "psasc_as_psac",
-    "relative_weight",
-]
 
 
 def _C(C) -> float:

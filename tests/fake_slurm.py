@@ -7,7 +7,16 @@ so a job is one process group), records states, runs a task again when `scontrol
 the job on scancel. `scancel --signal S` signals the job's processes except the batch shell and srun (as SLURM
 signals the job steps, not the batch shell). submitit's own SLURM code runs unchanged against it.
 """
-import fcntl, json, os, re, shlex, signal, socket, subprocess, sys, time
+import fcntl
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 STATE = Path(os.environ.get("FAKE_SLURM_DIR", f"/tmp/fake_slurm_{os.getuid()}"))
@@ -27,7 +36,8 @@ class _Lock:
         self.f = open(STATE / "lock", "a+")
         fcntl.flock(self.f, fcntl.LOCK_EX)
     def __exit__(self, *a):
-        fcntl.flock(self.f, fcntl.LOCK_UN); self.f.close()
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
 
 def read(key):
     try:
@@ -38,11 +48,15 @@ def read(key):
 def write(job):
     JOBS.mkdir(parents=True, exist_ok=True)
     tmp = JOBS / f".{job['key']}.json.tmp"
-    tmp.write_text(json.dumps(job)); os.replace(tmp, JOBS / f"{job['key']}.json")
+    tmp.write_text(json.dumps(job))
+    os.replace(tmp, JOBS / f"{job['key']}.json")
 
 def update(key, **fields):
     with _Lock():
-        job = read(key); job.update(fields); write(job); return job
+        job = read(key)
+        job.update(fields)
+        write(job)
+        return job
 
 def all_jobs():
     return [json.loads(p.read_text()) for p in sorted(JOBS.glob("*.json"))] if JOBS.exists() else []
@@ -56,7 +70,10 @@ def resolve(ident):
 def next_ids(n):
     with _Lock():
         f = STATE / "next_id"
-        first = int(f.read_text()) if f.exists() else int(os.environ.get("FAKE_SLURM_FIRST_ID", int(time.time() * 10) % 10**8))
+        if f.exists():
+            first = int(f.read_text())
+        else:
+            first = int(os.environ.get("FAKE_SLURM_FIRST_ID", int(time.time() * 10) % 10**8))
         f.write_text(str(first + n))
     return first
 
@@ -114,7 +131,8 @@ def parse_sbatch_options(tokens, opts):
         elif t in ("--wait", "-W", "--parsable", "--exclusive", "--requeue", "--no-requeue", "-Q", "--quiet"):
             k, v = t.lstrip("-"), True
         else:
-            k, v = t.lstrip("-"), tokens[i + 1]; i += 1
+            k, v = t.lstrip("-"), tokens[i + 1]
+            i += 1
         opts[{"J": "job-name", "o": "output", "e": "error", "a": "array", "t": "time", "N": "nodes",
               "n": "ntasks", "W": "wait", "D": "chdir"}.get(k, k)] = v
         i += 1
@@ -178,11 +196,15 @@ def launch(key):
     job = read(key)
     env = json.loads((STATE / "env" / f"{job['id']}.json").read_text())
     arr = job["task"] is not None
+    if job["nodes"] == 1:
+        nodelist = NODE
+    else:
+        nodelist = ",".join(["localhost"] + [f"127.0.0.{i + 1}" for i in range(1, job["nodes"])])
     env.update(SLURM_JOB_ID=job["raw_id"], SLURM_JOBID=job["raw_id"], SLURM_JOB_NAME=job["name"],
                SLURM_NTASKS=str(job["ntasks"]), SLURM_NPROCS=str(job["ntasks"]),
                SLURM_NTASKS_PER_NODE=str(max(1, job["ntasks"] // job["nodes"])),
                SLURM_JOB_NUM_NODES=str(job["nodes"]), SLURM_NNODES=str(job["nodes"]),
-               SLURM_JOB_NODELIST=NODE if job["nodes"] == 1 else ",".join(["localhost"] + [f"127.0.0.{i + 1}" for i in range(1, job["nodes"])]),
+               SLURM_JOB_NODELIST=nodelist,
                SLURM_NODEID="0", SLURM_PROCID="0", SLURM_LOCALID="0", SLURMD_NODENAME=NODE,
                SLURM_SUBMIT_DIR=job["workdir"], SLURM_SUBMIT_HOST=socket.gethostname(),
                SLURM_CLUSTER_NAME="fake", SLURM_JOB_PARTITION="fake", FAKE_SLURM_KEY=key, FAKE_SLURM_DIR=str(STATE))
@@ -192,23 +214,30 @@ def launch(key):
     if job["restarts"]:
         env["SLURM_RESTART_COUNT"] = str(job["restarts"])
     env["SLURM_OPEN_MODE"] = "a"
-    out = Path(expand(job["output"], job)); out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(expand(job["output"], job))
+    out.parent.mkdir(parents=True, exist_ok=True)
     err = Path(expand(job["error"], job)) if job["error"] else None
-    fo = open(out, "ab"); fe = open(err, "ab") if err else subprocess.STDOUT
-    proc = subprocess.Popen(["bash", job["script"], *job["args"]], cwd=job["workdir"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=fo, stderr=fe, start_new_session=True)
+    fo = open(out, "ab")
+    fe = open(err, "ab") if err else subprocess.STDOUT
+    proc = subprocess.Popen(["bash", job["script"], *job["args"]], cwd=job["workdir"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
     update(key, state="RUNNING", pgid=proc.pid, srun_pids=[], start=time.time(), node=NODE)
     return proc
 
 def minutes(spec):
     """Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (enough of it)."""
-    spec = str(spec); days = 0
+    spec = str(spec)
+    days = 0
     if "-" in spec:
-        d, spec = spec.split("-", 1); days = int(d)
+        d, spec = spec.split("-", 1)
+        days = int(d)
         parts = [int(x) for x in spec.split(":")] + [0, 0]
         return days * 1440 + parts[0] * 60 + parts[1] + parts[2] / 60
     parts = [int(x) for x in spec.split(":")]
-    return [lambda: parts[0], lambda: parts[0] + parts[1] / 60, lambda: parts[0] * 60 + parts[1] + parts[2] / 60][len(parts) - 1]()
+    forms = [lambda: parts[0],  # M
+             lambda: parts[0] + parts[1] / 60,  # M:S
+             lambda: parts[0] * 60 + parts[1] + parts[2] / 60]  # H:M:S
+    return forms[len(parts) - 1]()
 
 def controller(first):
     keys = [j["key"] for j in resolve(first)]
@@ -221,14 +250,18 @@ def controller(first):
                 break
             job = read(key)
             if job["cancel_requested"]:
-                pending.remove(key); update(key, state="CANCELLED", end=time.time()); continue
+                pending.remove(key)
+                update(key, state="CANCELLED", end=time.time())
+                continue
             if time.time() < not_before.get(key, 0):
                 continue
-            pending.remove(key); running[key] = launch(key)
+            pending.remove(key)
+            running[key] = launch(key)
         for key, proc in list(running.items()):
             job = read(key)
             if (job["cancel_requested"] or job["requeue_requested"]) and key not in killing and proc.poll() is None:
-                signal_job(job, signal.SIGCONT, full=True); signal_job(job, signal.SIGTERM, full=True)
+                signal_job(job, signal.SIGCONT, full=True)
+                signal_job(job, signal.SIGTERM, full=True)
                 killing[key] = time.time() + KILL_WAIT_S
             if key in killing and time.time() > killing[key]:
                 signal_job(job, signal.SIGKILL, full=True)
@@ -239,10 +272,12 @@ def controller(first):
                     name, _, delay = str(job["signal"]).partition("@")
                     batch_only = name.startswith("B:")
                     if elapsed >= limit - float(delay or 60) * SECONDS_PER_MINUTE / 60:
-                        signal_job(job, sig_of(name.split(":")[-1]), batch=batch_only); job = update(key, warned=True)
+                        signal_job(job, sig_of(name.split(":")[-1]), batch=batch_only)
+                        job = update(key, warned=True)
                 if elapsed >= limit and key not in killing:
                     update(key, timed_out=True)
-                    signal_job(job, signal.SIGCONT, full=True); signal_job(job, signal.SIGTERM, full=True)
+                    signal_job(job, signal.SIGCONT, full=True)
+                    signal_job(job, signal.SIGTERM, full=True)
                     killing[key] = time.time() + KILL_WAIT_S
             rc = proc.poll()
             if rc is None:
@@ -252,7 +287,8 @@ def controller(first):
                     os.kill(p, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            del running[key]; killing.pop(key, None)
+            del running[key]
+            killing.pop(key, None)
             with _Lock():
                 job = read(key)
                 job.update(exit_code=rc if rc >= 0 else 128 - rc, end=time.time(), pgid=None)
@@ -261,7 +297,8 @@ def controller(first):
                 elif job["requeue_requested"]:
                     job.update(state="PENDING", requeue_requested=False, restarts=job["restarts"] + 1,
                                warned=False, timed_out=False)
-                    pending.append(key); not_before[key] = time.time() + REQUEUE_DELAY_S
+                    pending.append(key)
+                    not_before[key] = time.time() + REQUEUE_DELAY_S
                 elif job.get("timed_out"):
                     job["state"] = "TIMEOUT"
                 else:
@@ -282,10 +319,12 @@ def srun(argv):
         if "=" in t:
             k, v = t.split("=", 1)
         elif t in SRUN_VALUED:
-            k, v = t, argv[i + 1]; i += 1
+            k, v = t, argv[i + 1]
+            i += 1
         else:
             k, v = t, True
-        opts[k] = v; i += 1
+        opts[k] = v
+        i += 1
     cmd = argv[i:]
     key = os.environ.get("FAKE_SLURM_KEY")
     job = read(key)
@@ -303,19 +342,22 @@ def srun(argv):
             pat = opts.get(opt_short, opts.get(opt_long))
             if not pat or job is None:
                 return None
-            p = Path(expand(pat, job, task=t)); p.parent.mkdir(parents=True, exist_ok=True)
+            p = Path(expand(pat, job, task=t))
+            p.parent.mkdir(parents=True, exist_ok=True)
             return open(p, "ab")
         out, err = f("-o", "--output"), f("-e", "--error")
         for s in (signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(s, signal.SIG_DFL)  # do not hand SIG_IGN down to the task
-        procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=err if err else (subprocess.STDOUT if out else None)))
+        stderr = err if err else (subprocess.STDOUT if out else None)
+        procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=stderr))
         for s in (signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(s, signal.SIG_IGN)
     def forward(signum, frame):
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
-    signal.signal(signal.SIGTERM, forward); signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
     codes = [p.wait() for p in procs]
     bad = [c for c in codes if c != 0]
     return (bad[0] if bad[0] > 0 else 128 - bad[0]) if bad else 0
@@ -334,11 +376,13 @@ def _job_args(argv, flags):
         if t in flags:
             opts[t] = True
         elif t.startswith("--") and "=" in t:
-            k, v = t.split("=", 1); opts[k] = v
+            k, v = t.split("=", 1)
+            opts[k] = v
             if k == "--jobs":
                 ids += v.split(",")
         elif t.startswith("-"):
-            opts[t] = argv[i + 1]; i += 1
+            opts[t] = argv[i + 1]
+            i += 1
             if t in ("-j", "--jobs"):
                 ids += opts[t].split(",")
         else:
@@ -356,7 +400,8 @@ def sacct(argv):
             continue
         if j["task"] is not None and j["state"] == "PENDING" and not j["restarts"]:
             # never-started array tasks are reported as one range line, as Slurm does: 12_[2-4%3]
-            group = [k for k in jobs if k["id"] == j["id"] and k["task"] is not None and k["state"] == "PENDING" and not k["restarts"]]
+            group = [k for k in jobs
+                     if k["id"] == j["id"] and k["task"] is not None and k["state"] == "PENDING" and not k["restarts"]]
             done.update(k["key"] for k in group)
             lo, hi = group[0]["task"], group[-1]["task"]
             par = f"%{j['array_parallelism']}" if j["array_parallelism"] else ""
@@ -374,11 +419,15 @@ def squeue(argv):
     fmt = opts.get("-o") or opts.get("--format") or "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
     short = {"PENDING": "PD", "RUNNING": "R", "REQUEUED": "RQ", "COMPLETING": "CG"}
     jobs = [j for i in ids for j in resolve(i)] if ids else all_jobs()
-    val = {"i": lambda j: j["key"], "A": lambda j: j["id"], "a": lambda j: str(j["task"] if j["task"] is not None else "N/A"),
+    val = {"i": lambda j: j["key"], "A": lambda j: j["id"],
+           "a": lambda j: str(j["task"] if j["task"] is not None else "N/A"),
            "T": lambda j: j["state"], "t": lambda j: short.get(j["state"], j["state"][:2]), "j": lambda j: j["name"],
            "u": lambda j: os.environ.get("USER", "user"), "P": lambda j: "fake", "M": lambda j: "0:00",
            "D": lambda j: str(j["nodes"]), "R": lambda j: j.get("node") or "(None)", "N": lambda j: j.get("node") or ""}
-    render = lambda j: re.sub(r"%\.?\d*([a-zA-Z])", lambda m: val.get(m.group(1), lambda _: "")(j), fmt)
+
+    def render(j):
+        return re.sub(r"%\.?\d*([a-zA-Z])", lambda m: val.get(m.group(1), lambda _: "")(j), fmt)
+
     head = {"i": "JOBID", "T": "STATE", "t": "ST", "j": "NAME", "A": "ARRAY_JOB_ID", "a": "ARRAY_TASK_ID",
             "u": "USER", "P": "PARTITION", "M": "TIME", "D": "NODES", "R": "NODELIST(REASON)", "N": "NODELIST"}
     if not ("-h" in opts or "--noheader" in opts):
@@ -397,10 +446,12 @@ def scancel(argv):
     for ident in ids:
         jobs = resolve(ident)
         if not jobs:
-            print(f"scancel: error: Invalid job id {ident}", file=sys.stderr); rc = 1
+            print(f"scancel: error: Invalid job id {ident}", file=sys.stderr)
+            rc = 1
         for j in jobs:
             if sig:
-                signal_job(j, sig_of(sig), batch="-b" in opts or "--batch" in opts, full="-f" in opts or "--full" in opts)
+                signal_job(j, sig_of(sig), batch="-b" in opts or "--batch" in opts,
+                           full="-f" in opts or "--full" in opts)
             elif j["state"] in ACTIVE:
                 update(j["key"], cancel_requested=True, **({"state": "CANCELLED"} if j["state"] == "PENDING" else {}))
     return rc
@@ -428,21 +479,25 @@ def scontrol(argv):
 
 def install(bindir):
     """Write the six wrapper scripts (sbatch, sacct, squeue, scancel, scontrol, srun) into bindir."""
-    bindir = Path(bindir); bindir.mkdir(parents=True, exist_ok=True)
+    bindir = Path(bindir)
+    bindir.mkdir(parents=True, exist_ok=True)
     for name in ("sbatch", "sacct", "squeue", "scancel", "scontrol", "srun"):
         w = bindir / name
-        w.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))} {name} "$@"\n')
+        w.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} '
+                     f'{shlex.quote(os.path.abspath(__file__))} {name} "$@"\n')
         w.chmod(0o755)
     return bindir
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["install"]:
-        print(install(sys.argv[2])); sys.exit(0)
+        print(install(sys.argv[2]))
+        sys.exit(0)
     name = Path(sys.argv[1] if sys.argv[1:2] and sys.argv[1] in
                 ("sbatch", "sacct", "squeue", "scancel", "scontrol", "srun", "_controller") else sys.argv[0]).name
     args = sys.argv[2:] if name == Path(sys.argv[1]).name else sys.argv[1:]
     if name == "_controller":
-        controller(args[0]); sys.exit(0)
+        controller(args[0])
+        sys.exit(0)
     sys.exit({"sbatch": sbatch, "sacct": sacct, "squeue": squeue, "scancel": scancel, "scontrol": scontrol,
               "srun": srun}[name](args))

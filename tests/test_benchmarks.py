@@ -7,8 +7,8 @@ import functools
 
 import pytest
 
-from dpbook.repro import digits_benchmark, mnist5k_benchmark
 from dpbook.methods import METHODS
+from dpbook.repro import digits_benchmark, mnist5k_benchmark
 
 #: name -> (module, the command that regenerates its results, the scale of the DC-SGD paper's grid sizes).
 BENCHMARKS = {

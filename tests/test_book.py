@@ -101,7 +101,8 @@ def test_latex_survives_python_strings(path):
         if cell["cell_type"] == "code":
             code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
             problems += [f"cell {i}: write {s}... as a raw string r\"...\"" for s in non_raw_latex(code)]
-        problems += [f"cell {i}: an escape ate a backslash before {m.group(1)!r}" for m in ESCAPE_REMAINS.finditer(source)]
+        problems += [f"cell {i}: an escape ate a backslash before {m.group(1)!r}"
+                     for m in ESCAPE_REMAINS.finditer(source)]
     assert not problems, f"{path.name}: {problems}"
 
 
@@ -119,7 +120,8 @@ def visible_code_problems(nb) -> list[str]:
         lines = cell.source.splitlines()
         wide = [n for n, line in enumerate(lines, 1) if len(line) > MAX_CODE_WIDTH]
         if wide:
-            problems.append(f"cell {index} ({lines[0][:40]!r}): lines {wide} are longer than {MAX_CODE_WIDTH} characters")
+            problems.append(f"cell {index} ({lines[0][:40]!r}): lines {wide} are longer than "
+                            f"{MAX_CODE_WIDTH} characters")
         if len(lines) > MAX_CODE_LINES and "parameters" not in cell.metadata.get("tags", []):
             problems.append(f"cell {index} ({lines[0][:40]!r}): {len(lines)} lines (more than {MAX_CODE_LINES})")
     return problems

@@ -21,9 +21,16 @@ from dpbook.accounting import sigma_T as sigma_T_of
 from dpbook.data import load_digits
 from dpbook.histogram import bin_index, build_histogram, midpoints, noisy_histogram, noisy_total
 from dpbook.methods import GaussianNoise, make_method
-from dpbook.methods.dcsgd import (DCSGDE, DCSGDP, candidate_thresholds, expected_error_range,
-                                  expected_error_threshold, expected_errors, expected_errors_from_norms,
-                                  percentile_threshold)
+from dpbook.methods.dcsgd import (
+    DCSGDE,
+    DCSGDP,
+    candidate_thresholds,
+    expected_error_range,
+    expected_error_threshold,
+    expected_errors,
+    expected_errors_from_norms,
+    percentile_threshold,
+)
 from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
 from dpbook.synthetic import run_on_norms

@@ -36,7 +36,8 @@ SIZES = {"epochs"}
 SMALL = {
     "dpbook.repro.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
     "dpbook.repro.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "2", "--epochs", "1"],
-    "dpbook.repro.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8", "--method-models"],
+    "dpbook.repro.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8",
+                           "--method-models"],
     "dpbook.audit": ["--trials", "200"],
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
 }
@@ -63,7 +64,8 @@ def library_examples() -> list[tuple[str, str]]:
 
 
 def test_the_documents_show_commands():
-    kinds = {c.split()[0].split("/")[-1] + (" " + c.split()[2] if " -m " in c else "") for _, c in documented_commands()}
+    kinds = {c.split()[0].split("/")[-1] + (" " + c.split()[2] if " -m " in c else "")
+             for _, c in documented_commands()}
     assert {"papermill", "python dpbook.repro.sweep", "python dpbook.repro.bench"} <= kinds, kinds
     assert library_examples()
 

@@ -138,7 +138,8 @@ def test_fast_path_equals_materialised_orthogonal_parts(dtype, tol):
 
 
 def test_noise_off_large_bounds_reconstruct_the_batch_sum():
-    """With sigma = 0 and bounds that clip nothing, g~ = alpha~ b + g~_perp is exactly sum_i g_i (so g~/B = mean * |B|/B)."""
+    """With sigma = 0 and bounds that clip nothing, g~ = alpha~ b + g~_perp is exactly sum_i g_i
+    (so g~/B = mean * |B|/B)."""
     grads = random_grads(7)
     method = gdr_method(C_perp=1e6, C_alpha=1e6)
     acc = method.start([torch.zeros(s, dtype=torch.float64) for s in SHAPES])

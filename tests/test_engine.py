@@ -108,7 +108,8 @@ def test_dpsgd_contribution_never_exceeds_sensitivity(C, norms):
 
 
 def test_poisson_sampler_rate_and_determinism():
-    s1, s2 = PoissonSampler(N=2000, expected_batch_size=100, seed=3), PoissonSampler(N=2000, expected_batch_size=100, seed=3)
+    s1 = PoissonSampler(N=2000, expected_batch_size=100, seed=3)
+    s2 = PoissonSampler(N=2000, expected_batch_size=100, seed=3)
     sizes = [len(s1.sample()) for _ in range(200)]
     assert abs(sum(sizes) / len(sizes) - 100) < 3  # std of the mean ~ sqrt(95)/sqrt(200) ~ 0.7
     assert torch.equal(PoissonSampler(N=2000, expected_batch_size=100, seed=3).sample(), s2.sample())

@@ -9,11 +9,18 @@ import re
 import pytest
 import torch
 
-from dpbook.repro import results
-from dpbook.repro.experiment import Experiment, build_task_model, load_task_data, make_optimizer, plan_of, run_experiment
 from dpbook.methods import DPSGD, METHODS
 from dpbook.methods.base import is_nonprivate
 from dpbook.optim import DPOptimizer
+from dpbook.repro import results
+from dpbook.repro.experiment import (
+    Experiment,
+    build_task_model,
+    load_task_data,
+    make_optimizer,
+    plan_of,
+    run_experiment,
+)
 from dpbook.train import Trainer
 from tests.test_experiment import HYPERPARAMETERS
 

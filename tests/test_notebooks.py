@@ -76,7 +76,8 @@ def test_notebook(path: Path):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook, options, message", [
-    ("reproduce_dcsgd", ["-p", "methods", "dcsgd-x"], "unknown method(s) ['dcsgd-x'] (did you mean 'dcsgd-p'?); valid:"),
+    ("reproduce_dcsgd", ["-p", "methods", "dcsgd-x"],
+     "unknown method(s) ['dcsgd-x'] (did you mean 'dcsgd-p'?); valid:"),
     ("reproduce_dpdr", ["-p", "datasets", "mnistt"], "unknown dataset(s) ['mnistt'] (did you mean 'mnist'?); valid:"),
     ("reproduce_psasc", ["-p", "methods", "dpsgdd"], "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
     ("digits_benchmark", ["-p", "methods", "psacc"], "unknown method(s) ['psacc'] (did you mean 'psac'?); valid:"),

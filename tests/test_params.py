@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpbook.repro.params import (CHECK_CELL, check_known, clean_float, listing, mapping, notebook_parameters,
-                           per_dataset)
+from dpbook.repro.params import CHECK_CELL, check_known, clean_float, listing, mapping, notebook_parameters, per_dataset
 
 
 @pytest.mark.parametrize("value, expected", [

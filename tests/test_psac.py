@@ -84,13 +84,13 @@ def reference_momentum_steps(model, optimizer, batches, hp):
     M = [torch.zeros_like(p) for p in trainable(model)]
     for k, (x, y) in enumerate(batches):
         iterates.append([p.detach().clone() for p in trainable(model)])  # w_k
-        at = {l: model_at(model, iterates[l]) for l in range(max(0, k - K0), k + 1)}
+        at = {ell: model_at(model, iterates[ell]) for ell in range(max(0, k - K0), k + 1)}
         G = [torch.zeros_like(p) for p in M]
         for i in range(len(x)):
             m = [torch.zeros_like(p) for p in M]
-            for l, past_model in at.items():
+            for ell, past_model in at.items():
                 g = per_example_gradients(past_model, x[i:i + 1], y[i:i + 1], loss_fn=loss_fn)[0]
-                m = [mi + gamma0 ** (k - l) * gi for mi, gi in zip(m, g)]
+                m = [mi + gamma0 ** (k - ell) * gi for mi, gi in zip(m, g)]
             w = reference_weight("psasc", flat_norm(m), hp)
             G = [Gj + w * mj for Gj, mj in zip(G, m)]
         M = [(1 - gamma1) * Mj + Gj for Mj, Gj in zip(M, G)]
@@ -334,7 +334,8 @@ def test_noise_std_is_sigma_times_sensitivity_and_accountant_sees_sigma(name, hp
     method = make_method(name, sigma=sigma, **hp)
     engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=1.0), method, sample_rate=0.5,
                          expected_batch_size=B)
-    assert method.sensitivity() == pytest.approx(sensitivity) and method.noise_std() == pytest.approx(sigma * sensitivity)
+    assert method.sensitivity() == pytest.approx(sensitivity)
+    assert method.noise_std() == pytest.approx(sigma * sensitivity)
     empty = (torch.zeros(0, 200), torch.zeros(0, dtype=torch.long))
     before = model.weight.detach().clone()
     engine.step(*empty)

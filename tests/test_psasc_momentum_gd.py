@@ -26,8 +26,7 @@ from dpbook.per_sample import PerSampleGradients, flat_norms
 from dpbook.sampling import PoissonSampler
 from dpbook.train import Trainer
 from dpbook.tuning import tuning_plan
-from tests.reference import (ADVERSARIAL_NORMS, NoNoise, apply_update, batch, flat_norm, per_example_gradients,
-                             tiny_cnn)
+from tests.reference import ADVERSARIAL_NORMS, NoNoise, apply_update, batch, flat_norm, per_example_gradients, tiny_cnn
 
 N = 7  # training-set size of the oracle tests: every step is all of it
 LOSS_SCALE = 1e-3  # puts the tiny model's per-sample norms (0.005 to 0.01) on both sides of the PSASC peak

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpbook.repro import results, sweep
 from dpbook.data import load_digits
-from dpbook.repro.experiment import Experiment, run_experiment
 from dpbook.io import atomic_write_json, remove_stale_temporaries
 from dpbook.methods import DPSGD
 from dpbook.models import digits_cnn
+from dpbook.repro import results, sweep
+from dpbook.repro.experiment import Experiment, run_experiment
 from dpbook.train import StaleCheckpointError, Trainer
 
 DIGITS = dict(study="files", dataset="digits", model="digits_cnn", epsilon=4.0, epochs=1, batch_size=128,

@@ -15,9 +15,23 @@ from dpbook.data import DatasetNotFoundError
 from dpbook.methods import DPSGD
 from dpbook.models import count_parameters
 from dpbook.per_sample import PerSampleGradients
-from dpbook.text import (NAMES_LANGUAGES, NAMES_VOCAB_SIZE, QNLI_LABELS, BertClassifier, LSTMLayer,
-                         PretrainedNotFoundError, bert_classifier, bert_trainable_count, char_lstm, decode_names,
-                         encode_names, load_names, load_qnli, to_ascii, tokenize_pairs)
+from dpbook.text import (
+    NAMES_LANGUAGES,
+    NAMES_VOCAB_SIZE,
+    QNLI_LABELS,
+    BertClassifier,
+    LSTMLayer,
+    PretrainedNotFoundError,
+    bert_classifier,
+    bert_trainable_count,
+    char_lstm,
+    decode_names,
+    encode_names,
+    load_names,
+    load_qnli,
+    to_ascii,
+    tokenize_pairs,
+)
 from dpbook.train import Trainer
 from tests.reference import NoNoise, clipped_step, per_example_gradients
 

@@ -9,7 +9,7 @@
 - ``python -m dpbook.audit`` and ``python -m dpbook.audit.one_run``: the command lines.
 """
 
+__all__ = ["AuditResult", "CONFIDENCE", "audit", "certify", "one_run_epsilon"]
+
 from dpbook.audit.one_step import AuditResult, audit
 from dpbook.audit.statistics import CONFIDENCE, certify, one_run_epsilon
-
-__all__ = ["AuditResult", "CONFIDENCE", "audit", "certify", "one_run_epsilon"]

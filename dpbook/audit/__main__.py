@@ -27,8 +27,8 @@ from tabulate import tabulate
 from dpbook import accounting, checks, io
 from dpbook.audit.broken import BROKEN, audit_broken
 from dpbook.audit.one_step import DELTA, FAST_TRIALS, audit
-from dpbook.io import resumable
 from dpbook.audit.statistics import CONFIDENCE
+from dpbook.io import resumable
 from dpbook.methods import METHODS
 
 COLUMNS = ("method", "broken", "sample_rate", "trials", "epsilon_claimed", "epsilon_lower", "mu_claimed", "mu_lower",

@@ -9,7 +9,7 @@ way real implementations have been broken:
     DP-SGD that adds N(0, (sigma C / 2)^2) while declaring the noise multiplier sigma (a factor lost in a refactor).
 ``realised-batch-adaclip``
     Andrew et al.'s clipping as Opacus's ``AdaClipDPOptimizer`` writes it: the noisy unclipped count divided by the
-    *realised* batch size |B_t| instead of the expected B. Then ``b~ = (count + noise) / |B_t|`` moves by up to one
+    *realised* batch size ``|B_t|`` instead of the expected B. Then ``b~ = (count + noise) / |B_t|`` moves by up to one
     count when one example joins, not the 1/2 that the split ``sigma_Delta = (sigma^-2 - (2 sigma_b)^-2)^(-1/2)``
     assumes. Its scenario makes the count carry most of the budget (sigma_b = 0.55 at sigma = 1) and clips every
     background example, so that the canary, counted unclipped, moves b~ from 0 to 1/9.
@@ -20,6 +20,8 @@ way real implementations have been broken:
 """
 
 from __future__ import annotations
+
+__all__ = ["NoClipping", "HalfNoise", "RealisedBatchAdaClip", "DataDependentNoise", "BROKEN", "audit_broken"]
 
 import torch
 

@@ -30,6 +30,11 @@ Here, white-box, with gradient canaries:
 
 from __future__ import annotations
 
+__all__ = [
+    "CANARY_NORM", "GUESSES", "WithCanaries", "dirac_canaries", "check_canaries", "OneRunResult", "one_run_audit",
+    "BOOK_RUNS", "BOOK_EPSILONS", "BOOK_CANARIES", "main"
+]
+
 import argparse
 import sys
 import time
@@ -40,9 +45,9 @@ import numpy as np
 import torch
 
 from dpbook import checks, io
-from dpbook.io import resumable
 from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
 from dpbook.data import load_digits
+from dpbook.io import resumable
 from dpbook.methods import METHODS
 from dpbook.models import digits_mlp
 from dpbook.optim import DPOptimizer

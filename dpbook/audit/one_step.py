@@ -26,6 +26,11 @@ the declaration behind both claims: the canary's effect on the sum, ``||Delta||`
 
 from __future__ import annotations
 
+__all__ = [
+    "DELTA", "FAST_TRIALS", "NoNoise", "World", "AuditResult", "prepared", "worlds", "discriminant", "run",
+    "audit"
+]
+
 import copy
 import math
 import time

@@ -21,6 +21,8 @@ every claim is about mu = 1 and epsilon of a few units, where a few thousand tri
 
 from __future__ import annotations
 
+__all__ = ["SHAPES", "BACKGROUND_NORMS", "HUGE", "DTYPE", "zeros", "dirac", "background", "Scenario", "SCENARIOS"]
+
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -89,7 +91,7 @@ class Scenario:
     background_norms: tuple = field(default=BACKGROUND_NORMS)
 
     def canary(self, method: Method) -> Grads:
-        """The canary's gradient, one tensor (1, *shape) per parameter."""
+        """The canary's gradient, one tensor ``(1, *shape)`` per parameter."""
         direction = self.canary_direction(method)
         norm = math.sqrt(sum(float(t.pow(2).sum()) for t in direction))
         return [(self.canary_norm(method) / norm) * t.unsqueeze(0) for t in direction]

@@ -24,6 +24,11 @@ one canary in many runs: :func:`one_run_epsilon` inverts their Theorem 3.1 (with
 
 from __future__ import annotations
 
+__all__ = [
+    "CONFIDENCE", "clopper_pearson_upper", "epsilon_from_rates", "mu_from_rates", "bounds_at", "Certificate",
+    "certify", "one_run_p_value", "one_run_epsilon"
+]
+
 import math
 from dataclasses import dataclass
 
@@ -37,7 +42,7 @@ CONFIDENCE = 0.95
 
 
 def clopper_pearson_upper(errors, trials, confidence: float):
-    r"""One-sided Clopper-Pearson upper bound on a rate: ``P[rate <= bound] >= confidence`` for ``errors`` of ``trials``.
+    r"""One-sided Clopper-Pearson upper bound on a rate, ``errors`` of ``trials``: ``P[rate <= bound] >= confidence``.
 
     The ``confidence`` quantile of Beta(errors + 1, trials - errors); 1 when every trial erred. Works elementwise.
 
@@ -106,7 +111,7 @@ def bounds_at(without, with_canary, thresholds, *, delta: float, confidence: flo
 class Certificate:
     """Lower bounds certified on held-out trials, with the thresholds chosen on the other half."""
 
-    epsilon: float  # epsilon_lower: no mechanism that is (epsilon, delta)-DP with a smaller epsilon produced these trials
+    epsilon: float  # epsilon_lower: no (epsilon, delta)-DP mechanism with a smaller epsilon produced these trials
     mu: float  # mu_lower: likewise for mu-GDP
     epsilon_threshold: float
     mu_threshold: float
@@ -114,7 +119,8 @@ class Certificate:
     held_out: int  # trials per world used to certify
 
 
-def certify(without, with_canary, *, delta: float, confidence: float = CONFIDENCE, candidates: int = 256) -> Certificate:
+def certify(without, with_canary, *, delta: float, confidence: float = CONFIDENCE,
+            candidates: int = 256) -> Certificate:
     r"""Lower bounds on epsilon and mu from two score samples, each bound certified at ``confidence``.
 
     The first half of each sample chooses the threshold that maximises the bound (among ``candidates`` quantiles of

@@ -10,6 +10,8 @@ Every module of this package is imported here, and importing a method module reg
     'dpsgd'
 """
 
+__all__ = ["METHODS", "DPSGD", "GaussianNoise", "Method", "MicroBatch", "ScaledSum", "make_method", "register"]
+
 import importlib
 import pkgutil
 
@@ -21,5 +23,3 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 from dpbook.methods.dpsgd import DPSGD  # noqa: E402
-
-__all__ = ["METHODS", "DPSGD", "GaussianNoise", "Method", "MicroBatch", "ScaledSum", "make_method", "register"]

@@ -14,9 +14,9 @@ sensitivity 1/2 under add/remove adjacency, i.e. noise multiplier 2 sigma_b; tha
 ``(2 sigma_b)^-2`` assumes, and with it the pair (gradient, count) costs exactly DP-SGD at sigma (the same
 argument as DC-SGD's Theorem 2). Without the centring an added example moves the count by 0 or 1 (sensitivity 1),
 and the split would have to use sigma_b, not 2 sigma_b. TF-Privacy's ``QuantileEstimatorQuery`` centres the same
-way. The ``+ 1/2`` after the division uses the expected B, so b~_t is unbiased when |B_t| = B.
+way. The ``+ 1/2`` after the division uses the expected B, so b~_t is unbiased when ``|B_t| = B``.
 
-Normalisation by the expected batch size B, never the realised |B_t| (privacy hygiene rule 1): Opacus's
+Normalisation by the expected batch size B, never the realised ``|B_t|`` (privacy hygiene rule 1): Opacus's
 ``AdaClipDPOptimizer`` divides the noisy unclipped count by the realised number of examples, which is private,
 and it counts without centring while using the ``2 sigma_b`` split.
 
@@ -26,6 +26,8 @@ is computed in ``release`` from the noisy count only and used from the next step
 """
 
 from __future__ import annotations
+
+__all__ = ["unclipped_fraction", "geometric_update", "AdaClip"]
 
 import math
 from typing import Sequence

@@ -11,6 +11,8 @@ The weight itself is :func:`dpbook.weights.autos_weight`.
 
 from __future__ import annotations
 
+__all__ = ["AutoS"]
+
 import torch
 
 from dpbook import checks, weights

@@ -1,6 +1,6 @@
 """The interface every private-step method implements, and the machinery they share.
 
-A private step (``book/hygiene.md``, "One private step") is, for every method:
+A private step (``book/hygiene.md``, "One private step") is, for every method::
 
     start(params)                      -> accumulators for one logical batch
     accumulate(acc, micro_batch)       -> once per physical micro-batch (per-sample norms, and the per-sample
@@ -8,7 +8,8 @@ A private step (``book/hygiene.md``, "One private step") is, for every method:
     release(acc, noise)                -> the noisy *sum*; the engine divides it by the expected B
     advance()                          -> t <- t + 1 (thresholds, bases, schedules move to the next step)
 
-and every method declares
+and every method declares::
+
     sensitivity()       the data-independent L2 bound of one example's contribution to the released sum,
     noise_std()         the standard deviation of the Gaussian noise it actually adds to that sum,
     noise_multiplier()  the multiplier the accountant must see for this step, kept apart from the noise added
@@ -30,6 +31,11 @@ from released noisy quantities and used from the next step on.
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "NONPRIVATE_PREFIX", "TRAINING_SET_METRICS", "is_nonprivate", "MicroBatch", "GaussianNoise", "Method",
+    "ScaledSum"
+]
 
 import abc
 from dataclasses import dataclass

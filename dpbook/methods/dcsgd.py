@@ -37,8 +37,9 @@ Readings of the paper's gaps (ids of the book's Readings chapter, ``book/reading
   of about ``min_threshold`` that zeroes every gradient for the rest of training. DC-SGD-E then keeps its
   previous threshold, ``C_{t+1} = C_t`` (our fallback: it depends on nothing but the released histogram, so it
   is post-processing like the rule itself).
-- [DCSGD-13], [DCSGD-14] the range rules use the noisy ``S'`` and ``b`` (not the private |B_t|) as if/elif/else; with an
-  odd ``b`` the right half starts at ``floor(b/2)``; [DCSGD-15] E's range follows Algorithm 4 (no ``R = 2C``).
+- [DCSGD-13], [DCSGD-14] the range rules use the noisy ``S'`` and ``b`` (not the private ``|B_t|``) as
+  if/elif/else; with an odd ``b`` the right half starts at ``floor(b/2)``; [DCSGD-15] E's range follows
+  Algorithm 4 (no ``R = 2C``).
 - [DCSGD-16] P keeps the paper's ``R_0 = 1`` (it caps ``C_1`` at ``(b - 1/2)/b``); E uses ``R_0 = b``.
 - [DCSGD-11] Eq. 4's variance uses sigma_T, the expected batch size B and d = the number of trainable parameters.
 
@@ -60,6 +61,12 @@ Example (one step of DC-SGD-E through the engine):
 
 from __future__ import annotations
 
+__all__ = [
+    "DCSGD", "DCSGDE", "DCSGDP", "N_CANDIDATES", "ThresholdSearch", "candidate_thresholds", "expected_error_range",
+    "expected_error_threshold", "expected_errors", "expected_errors_from_norms", "paper_sigma_H",
+    "percentile_threshold", "SIGMA_T_GROWTH", "run_sigma_H"
+]
+
 import abc
 import logging
 from typing import NamedTuple, Sequence
@@ -73,7 +80,7 @@ from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, clip_factors
 
-logger = logging.getLogger(__name__)
+_logger = logging.getLogger(__name__)
 
 N_CANDIDATES = 20  # Algorithm 4 l.5: {i C / 10 : i = 1..20} = 0.1 C, 0.2 C, ..., 2.0 C
 
@@ -117,7 +124,7 @@ def candidate_thresholds(C: float) -> np.ndarray:
 
 
 def expected_errors(H, R: float, C, *, sigma_T: float, B: float, d: int) -> np.ndarray:
-    """Eq. 4 estimated from the histogram (Algorithm 4 l.7-9) at each threshold of ``C``:
+    """Eq. 4 estimated from the histogram (Algorithm 4 l.7-9) at each threshold of ``C``::
 
         E(C') = sigma_T^2 C'^2 d / B^2  +  (1/S') sum_k H~[k] max(m_k - C', 0)^2
                  variance (l.8) [DCSGD-11]        clipping bias (l.7, the paper's "B" [DCSGD-10]), midpoints m_k
@@ -136,7 +143,7 @@ def expected_errors(H, R: float, C, *, sigma_T: float, B: float, d: int) -> np.n
 
 
 def expected_errors_from_norms(norms, C, *, sigma_T: float, B: float, d: int) -> np.ndarray:
-    """Eq. 4 with the raw norms of one batch (non-private: for plots and tests, never for training).
+    """Eq. 4 with the raw norms of one batch (non-private: for plots and tests, never for training)::
 
         E(C') = sigma_T^2 C'^2 d / B^2 + (1/|B_t|) sum_j max(||g_j|| - C', 0)^2
 
@@ -184,7 +191,7 @@ def expected_error_threshold(H, C: float, R: float, *, sigma_T: float, B: float,
         if 0 < k < N_CANDIDATES - 1:  # l.12: an interior argmin ends the search
             return ThresholdSearch(C_new, repeats, False, C)
         if repeats == max_repeats or C_new == C:  # [DCSGD-17]: the cap, or stuck at the floor
-            logger.info("DC-SGD-E: re-centring stopped after %d repeats at C = %g [DCSGD-17]", repeats, C_new)
+            _logger.info("DC-SGD-E: re-centring stopped after %d repeats at C = %g [DCSGD-17]", repeats, C_new)
             return ThresholdSearch(C_new, repeats, True, C)
         C, repeats = C_new, repeats + 1  # l.11: boundary, re-centre and repeat
 
@@ -435,10 +442,3 @@ class DCSGDE(DCSGD):
         C_next = self.C if search.capped else search.C  # a degenerate noisy histogram: keep C_t [DCSGD-17]
         R_next = expected_error_range(H, self.R)  # Alg. 4 l.14-16
         return C_next, R_next, {"E_repeats": float(search.repeats), "E_capped": float(search.capped)}
-
-
-__all__ = [
-    "DCSGD", "DCSGDE", "DCSGDP", "N_CANDIDATES", "ThresholdSearch", "candidate_thresholds", "expected_error_range",
-    "expected_error_threshold", "expected_errors", "expected_errors_from_norms", "paper_sigma_H",
-    "percentile_threshold",
-]

@@ -39,6 +39,8 @@ single-machine, Poisson-minibatch form.
 
 from __future__ import annotations
 
+__all__ = ["DIFF", "DIFF2", "diff2_history"]
+
 import abc
 import math
 from typing import Sequence
@@ -51,8 +53,6 @@ from dpbook.methods.base import GaussianNoise, Method, MicroBatch
 from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors, flat_norms, weighted_sum
-
-__all__ = ["DIFF", "DIFF2", "diff2_history"]
 
 
 class _DifferenceMethod(Method):

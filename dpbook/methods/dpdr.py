@@ -42,6 +42,11 @@ the sigma_g that makes it cost exactly a target epsilon.
 
 from __future__ import annotations
 
+__all__ = [
+    "DPDR", "calibrate_sigma_g", "difference_sq_norms", "dpdr_history", "gdr_release_mu", "layer_coefficients",
+    "orthogonal_sq_norms", "project", "rounding_slack", "unit_directions"
+]
+
 import math
 from typing import Sequence
 
@@ -52,20 +57,6 @@ from dpbook.accounting import calibrate_scale, epsilon_of_history, sigma_eff
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, clip_factors, weighted_sum
-
-__all__ = [
-    "DPDR",
-    "calibrate_sigma_g",
-    "difference_sq_norms",
-    "dpdr_history",
-    "gdr_release_mu",
-    "layer_coefficients",
-    "orthogonal_sq_norms",
-    "project",
-    "rounding_slack",
-    "unit_directions",
-]
-
 
 # --------------------------------------------------------------------------------------------------------------
 # The decomposition (Eq. (2)), per layer, on per-sample gradients and on single vectors
@@ -114,7 +105,8 @@ def layer_coefficients(grads: Grads, b: Sequence[torch.Tensor]) -> tuple[torch.T
     ([[3.0], [0.0]], [[25.0], [1.0]])
     """
     a = torch.stack([g.flatten(1) @ bl.flatten() for g, bl in zip(grads, b)], dim=1)
-    sq = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1).pow(2)  # fused, no temporary
+    # fused, no temporary
+    sq = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1).pow(2)
     return a, sq
 
 
@@ -422,8 +414,9 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
     if floor >= target:
         raise ValueError(
             f"target_epsilon={target!r} is unreachable: the s - 1 = {max(0, min(s, steps) - 1)} GDR steps at "
-            f"sigma_eff(sigma_perp={sigma_perp!r}, sigma_alpha={sigma_alpha!r}) = {sigma_eff(sigma_perp, sigma_alpha):.4g} "
-            f"alone already cost epsilon = {floor:.4g} (q={sample_rate!r}, delta={delta!r}, {accountant!r}). Use larger "
-            f"sigma_perp or sigma_alpha, a smaller s, or a larger target_epsilon.")
+            f"sigma_eff(sigma_perp={sigma_perp!r}, sigma_alpha={sigma_alpha!r}) "
+            f"= {sigma_eff(sigma_perp, sigma_alpha):.4g} "
+            f"alone already cost epsilon = {floor:.4g} (q={sample_rate!r}, delta={delta!r}, {accountant!r}). "
+            f"Use larger sigma_perp or sigma_alpha, a smaller s, or a larger target_epsilon.")
 
     return calibrate_scale(eps, target, epsilon_tolerance=tol, name="sigma_g")

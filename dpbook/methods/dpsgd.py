@@ -8,6 +8,8 @@ B is the expected batch size (q = B/N); the accountant sees sigma at every step.
 
 from __future__ import annotations
 
+__all__ = ["DPSGD"]
+
 import torch
 
 from dpbook import checks

@@ -18,6 +18,8 @@ step counter t alone; past T the decay simply continues.
 
 from __future__ import annotations
 
+__all__ = ["dynamic_threshold", "DynamicClipping"]
+
 from dpbook import checks
 from dpbook.methods.dpsgd import DPSGD
 from dpbook.methods.registry import register

@@ -27,6 +27,8 @@ Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``)
 
 from __future__ import annotations
 
+__all__ = ["PSAC", "PSASC", "PSASCMomentum"]
+
 import dataclasses
 from typing import ClassVar, Sequence
 
@@ -170,7 +172,7 @@ class PSASCMomentum(PSASC):
         return acc
 
     def inner_momentum(self, mb: MicroBatch) -> Grads:
-        """m_i = sum_l gamma0^(k-l) grad f(w_l, d_i) over the current and the stored iterates (one tensor per parameter)."""
+        """m_i = sum_l gamma0^(k-l) grad f(w_l, d_i) over the current and stored iterates (one tensor per parameter)."""
         m = list(mb.grads)  # l = k, weight gamma0^0 = 1
         for age, past in enumerate(reversed(self.history), start=1):  # w_{k-1}, w_{k-2}, ...
             coef = self.gamma0 ** age

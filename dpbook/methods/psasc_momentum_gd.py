@@ -71,13 +71,17 @@ mix-up of two examples' states (which would break the sensitivity bound).
     ...     info = engine.step(x, y, index=torch.arange(N))
     >>> engine.ledger.history, [tuple(m.shape) for m in method.m]
     ([(2.0, 1.0, 3)], [(6, 2, 3), (6, 2)])
-    >>> engine.step(x[:4], y[:4], index=torch.arange(4))
+    >>> engine.step(x[:4], y[:4], index=torch.arange(4))  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    ValueError: Algorithm 2 is full-batch: every step must hold each of the N = 6 training examples once, this one held 4 of them; run it at sample rate q = 1 with expected_batch_size = N (e.g. Trainer(..., expected_batch_size=len(x_train)))
+    ValueError: Algorithm 2 is full-batch: every step must hold each of the N = 6 training examples once,
+    this one held 4 of them; run it at sample rate q = 1 with expected_batch_size = N
+    (e.g. Trainer(..., expected_batch_size=len(x_train)))
 """
 
 from __future__ import annotations
+
+__all__ = ["READINGS", "PSASCMomentumGD"]
 
 import dataclasses
 from typing import TYPE_CHECKING, ClassVar, Sequence

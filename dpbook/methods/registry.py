@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["METHODS", "register", "make_method", "check_hyperparameter_names", "hyperparameter_names"]
+
 import inspect
 
 from dpbook.checks import did_you_mean

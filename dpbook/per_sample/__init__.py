@@ -11,6 +11,11 @@ Two engines (``python -m dpbook.repro.bench`` compares them with Opacus's):
   of the cost. The engine (:class:`dpbook.optim.DPOptimizer`) picks it whenever the method allows.
 """
 
+__all__ = [
+    "BookKeeping", "Grads", "NonFiniteGradientError", "PerSampleGradients", "Unsupported", "check_finite",
+    "clip_factors", "flat_norms", "weighted_sum"
+]
+
 from dpbook.per_sample.book_keeping import BookKeeping, Unsupported
 from dpbook.per_sample.vmap import (
     Grads,
@@ -21,6 +26,3 @@ from dpbook.per_sample.vmap import (
     flat_norms,
     weighted_sum,
 )
-
-__all__ = ["BookKeeping", "Grads", "NonFiniteGradientError", "PerSampleGradients", "Unsupported", "check_finite",
-           "clip_factors", "flat_norms", "weighted_sum"]

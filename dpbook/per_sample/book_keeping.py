@@ -35,6 +35,8 @@ then uses the ``vmap`` per-sample gradients of :mod:`dpbook.per_sample.vmap` for
 
 from __future__ import annotations
 
+__all__ = ["SELF_CHECK_EXAMPLES", "Unsupported", "BookKeeping"]
+
 import contextlib
 import math
 from dataclasses import dataclass, field
@@ -140,8 +142,9 @@ class BookKeeping:
 
     ``BookKeeping(model, loss_fn)(x, y)`` returns ``(norms, summed)``: the L2 norm of each example's gradient over
     all trainable parameters, shape (n,), and ``summed(w)``, which yields ``sum_i w_i g_i`` for each trainable
-    parameter in order (as :class:`~dpbook.per_sample.vmap.PerSampleGradients` lists them), one layer at a time. Frozen parameters
-    (``requires_grad=False``) are left out, and no gradient flows into layers that only frozen ones follow.
+    parameter in order (as :class:`~dpbook.per_sample.vmap.PerSampleGradients` lists them), one layer at a time.
+    Frozen parameters (``requires_grad=False``) are left out, and no gradient flows into layers that only frozen
+    ones follow.
     """
 
     def __init__(self, model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
@@ -183,7 +186,9 @@ class BookKeeping:
 
             >>> from dpbook.models import mnist_cnn
             >>> [(r["layer"], r["strategy"]) for r in BookKeeping(mnist_cnn(), None).plan(torch.zeros(2, 1, 28, 28))]
-            [('conv1', 'per-sample gradient'), ('conv2', 'ghost norm'), ('fc1', 'norm product'), ('fc2', 'norm product')]
+            ... # doctest: +NORMALIZE_WHITESPACE
+            [('conv1', 'per-sample gradient'), ('conv2', 'ghost norm'),
+             ('fc1', 'norm product'), ('fc2', 'norm product')]
         """
         calls: dict[str, list] = {layer.prefix: [] for layer in self.layers}
         handles = [layer.module.register_forward_hook(

@@ -24,6 +24,13 @@ that layer alone), exact for any layer that treats examples independently.
 
 from __future__ import annotations
 
+__all__ = [
+    "Weighted", "LayerGrads", "instantiated", "formed", "combine", "NORM_PRODUCT", "GHOST", "FORMED", "GROUPED",
+    "ghost_is_cheaper", "gram_sq_norms", "gram_sq_norms_t", "linear_strategy", "linear", "conv", "GROUPED_WORK",
+    "GROUPED_EXAMPLES", "conv_strategy", "conv_supported", "group_norm", "layer_norm", "embedding",
+    "embedding_supported", "generic", "RULES", "rule_for"
+]
+
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -50,9 +57,10 @@ def instantiated(grads: dict[str, torch.Tensor]) -> LayerGrads:
 
 
 def formed(name: str, G: torch.Tensor, a: torch.Tensor, g: torch.Tensor, product: Weighted) -> LayerGrads:
-    """A weight whose per-sample gradients ``G`` (n, *shape) were formed for its norms. Its sum reads ``G`` when ``G``
-    is no larger than the layer's input and output gradient; else ``G`` is dropped and the sum is the weight-gradient
-    ``product`` of (a, g) (the memory of a step stays that of the activations, e.g. ResNet's wide small-map convs)."""
+    """A weight whose per-sample gradients ``G`` ``(n, *shape)`` were formed for its norms. Its sum reads ``G``
+    when ``G`` is no larger than the layer's input and output gradient; else ``G`` is dropped and the sum is the
+    weight-gradient ``product`` of (a, g) (the memory of a step stays that of the activations, e.g. ResNet's wide
+    small-map convs)."""
     sq = G.flatten(1).square().sum(1)
     if G[0].numel() <= a[0].numel() + g[0].numel():
         return LayerGrads(sq, lambda w: {name: torch.einsum("n,n...->...", w, G)})
@@ -122,7 +130,7 @@ def _linear_sum(a: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tens
 
 
 def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
-    """A convolution with zero padding: a (n, C_in, *spatial), g (n, C_out, *spatial_out).
+    """A convolution with zero padding: a ``(n, C_in, *spatial)``, g ``(n, C_out, *spatial_out)``.
 
     Its weight gradient is a linear layer's at the L output positions, on the unfolded input patches of
     dimension d = C_in k / groups: the ghost norm costs L^2 (d + C_out) per example, forming the gradient L d C_out.
@@ -221,7 +229,7 @@ def conv_supported(module: nn.Conv1d | nn.Conv2d) -> bool:
 
 
 def group_norm(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
-    """``y = x_hat * weight + bias`` per channel, x_hat normalised per example and group: a, g (n, C, *)."""
+    """``y = x_hat * weight + bias`` per channel, x_hat normalised per example and group: a, g ``(n, C, *)``."""
     grads = {}
     if "weight" in names:
         grads["weight"] = _sum_over(g * F.group_norm(a, module.num_groups, eps=module.eps), range(2, a.dim()))
@@ -237,7 +245,7 @@ def _sum_over(t: torch.Tensor, dims) -> torch.Tensor:
 
 
 def layer_norm(module: nn.LayerNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
-    """``y = x_hat * weight + bias`` over the last dims ``normalized_shape``: a, g (n, *, *normalized_shape)."""
+    """``y = x_hat * weight + bias`` over the last dims ``normalized_shape``: a, g ``(n, *, *normalized_shape)``."""
     dims = range(1, a.dim() - len(module.normalized_shape))
     grads = {}
     if "weight" in names:

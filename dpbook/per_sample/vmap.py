@@ -2,13 +2,18 @@
 
 The engine's path for the methods that read the per-sample gradient *vectors* (DPDR, DIFF, DIFF2, DP-PSASC with
 momentum); the scaled sums need only norms and a re-weighted sum, which :mod:`dpbook.per_sample.book_keeping` gets
-at a fraction of the cost (``python -m dpbook.repro.bench`` measures both, and Opacus's hooks). Why ``torch.func`` rather
-than Opacus's ``GradSampleModule`` hooks for the vectors: ``torch.func`` can evaluate per-sample gradients at *any*
-parameter values, which DP-PSASC with momentum and DIFF2 need (gradients at past iterates), for any layer, with no
-per-layer grad samplers. Models must not use BatchNorm (see :func:`dpbook.models.check_no_batchnorm`).
+at a fraction of the cost (``python -m dpbook.repro.bench`` measures both, and Opacus's hooks). Why ``torch.func``
+rather than Opacus's ``GradSampleModule`` hooks for the vectors: ``torch.func`` can evaluate per-sample gradients at
+*any* parameter values, which DP-PSASC with momentum and DIFF2 need (gradients at past iterates), for any layer, with
+no per-layer grad samplers. Models must not use BatchNorm (see :func:`dpbook.models.check_no_batchnorm`).
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "Grads", "NonFiniteGradientError", "PerSampleGradients", "flat_norms", "clip_factors", "weighted_sum",
+    "check_finite"
+]
 
 from typing import Callable, Sequence
 

@@ -12,3 +12,5 @@
 The core (``dpbook.methods``, ``dpbook.optim``, ``dpbook.accounting``, ``dpbook.train``, the theory modules and
 ``dpbook.audit``) imports nothing from here; ``tests/test_architecture.py`` checks it.
 """
+
+__all__ = []

@@ -19,6 +19,11 @@ the markdown tables of a record: the README's and the book's tables are rendered
 
 from __future__ import annotations
 
+__all__ = [
+    "loss_fn", "interleaved_median_ms", "Setting", "SETTINGS", "CONTENDERS", "batch", "make_step", "engine_times",
+    "memory_child", "peak_memory", "SCALED_SUMS", "method_times", "tables", "main", "run"
+]
+
 import argparse
 import json
 import os

@@ -8,13 +8,16 @@ stopping, n independent searches, as Tables III and II). Two benchmarks are defi
 :data:`dpbook.repro.digits_benchmark.BENCHMARK` and :data:`dpbook.repro.mnist5k_benchmark.BENCHMARK`; ``python -m
 dpbook.repro.sweep digits`` and ``python -m dpbook.repro.sweep mnist5k`` run them.
 
+>>> from dpbook.tuning import grid_product
 >>> tiny = Benchmark(study="doctest", setting=dict(dataset="digits", model="digits_mlp", epochs=1, batch_size=128),
-...                  epsilons=(4.0,), grids={"dpsgd": product(C=(0.5, 1.0))}, paper_G={"dpsgd": 10})
+...                  epsilons=(4.0,), grids={"dpsgd": grid_product(C=(0.5, 1.0))}, paper_G={"dpsgd": 10})
 >>> [(r.hyperparameters["C"], r.seed) for r in tiny.planned_runs("dpsgd", 4.0, "rdp")][:3]
 [(0.5, 0), (1.0, 1), (0.5, 100000)]
 """
 
 from __future__ import annotations
+
+__all__ = ["PROTOCOLS", "Benchmark"]
 
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -25,18 +28,6 @@ from dpbook.repro.params import check_known
 from dpbook.repro.sweep import run_all
 
 PROTOCOLS = ("none", "rdp", "lt")
-
-
-def product(**axes) -> list[dict]:
-    """Every combination of the axes' values, the first axis varying slowest.
-
-    >>> product(C=(0.1, 1.0), s=(5,))
-    [{'C': 0.1, 's': 5}, {'C': 1.0, 's': 5}]
-    """
-    points = [{}]
-    for name, values in axes.items():
-        points = [{**p, name: v} for p in points for v in values]
-    return points
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,22 @@ A claim is tested with one rule (:func:`verdict`): the difference of two cells' 
 
 from __future__ import annotations
 
+__all__ = [
+    "Cells", "WORDS", "cells", "status_line", "values", "cell_text", "accuracy_table", "unreachable",
+    "chosen_table", "plot_accuracy", "plot_tuning_cost", "judged", "verdict", "Claim", "judge", "versus_baseline",
+    "against", "identical_seeds", "histogram_noise", "setting_noise"
+]
+
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 
+from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import results
 from dpbook.repro.benchmark import PROTOCOLS, Benchmark
 from dpbook.repro.experiment import Experiment, plan_of
-from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro.plotting import legend_below, method_colour
 
 Cells = Mapping[tuple[str, float, str], dict]

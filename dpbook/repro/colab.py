@@ -17,6 +17,8 @@ True
 
 from __future__ import annotations
 
+__all__ = ["REPOSITORY", "SETUP_CELL", "runtime_summary"]
+
 import torch
 
 #: The book's repository (also ``repository.url`` in ``_config.yml``; a test keeps the two equal).
@@ -24,10 +26,14 @@ REPOSITORY = "https://github.com/dpbook/dpbook"
 
 SETUP_CELL = f"""\
 # Setup. On Colab: clone the book's repository and install dpbook (Colab's torch is kept). Elsewhere: nothing.
-import os, subprocess, sys
+import os
+import subprocess
+import sys
+
 if "google.colab" in sys.modules:
     if not os.path.isdir("/content/dpbook"):
-        subprocess.run(["git", "clone", "--depth", "1", "{REPOSITORY}", "/content/dpbook"], check=True)
+        clone = ["git", "clone", "--depth", "1", "{REPOSITORY}", "/content/dpbook"]
+        subprocess.run(clone, check=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/dpbook[text]"], check=True)
     os.chdir("/content/dpbook/notebooks")
     sys.path.insert(0, "/content/dpbook")

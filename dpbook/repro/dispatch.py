@@ -25,6 +25,11 @@ job arrays do natively (queueing, time limits, preemption and requeue), with no 
 
 from __future__ import annotations
 
+__all__ = [
+    "EXECUTORS", "SlurmOptions", "RunTask", "make_executor", "NotebookTask", "submit", "submit_tasks", "collect",
+    "last_error_line", "error_line", "executed_without_error", "sweep_folder", "Manifest"
+]
+
 import dataclasses
 import itertools
 import json

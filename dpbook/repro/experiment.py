@@ -32,6 +32,12 @@ True
 
 from __future__ import annotations
 
+__all__ = [
+    "OPTIMIZERS", "Task", "TASKS", "Experiment", "TASK_MODELS", "method_hyperparameters", "smoke_data",
+    "load_task_data", "build_task_model", "make_optimizer", "resolve_device", "plan_of", "check_spent",
+    "run_experiment"
+]
+
 import dataclasses
 import hashlib
 import inspect
@@ -46,9 +52,9 @@ from typing import Any, Mapping
 import torch
 
 from dpbook import accounting, checks, data, io, models, text
-from dpbook.repro import params, results
 from dpbook.methods import METHODS
 from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
+from dpbook.repro import params, results
 from dpbook.train import StaleCheckpointError, Trainer
 from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
 
@@ -316,10 +322,8 @@ def check_spent(history, plan: TuningPlan) -> float:
     under ``"lt"`` it must fit Theorem 1's per-run (epsilon_1, delta_1). Returns the run's own epsilon at the
     plan's per-run delta.
     """
-    runs = plan.G if plan.charged_protocol == "rdp" else 1
-    target = plan.per_run_epsilon if plan.charged_protocol == "lt" else plan.total_epsilon
-    charged = accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], plan.per_run_delta,
-                                            plan.accountant)
+    target, delta, runs = plan.run_budget()  # the one charge rule, which DPDR.from_plan calibrates to
+    charged = accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, plan.accountant)
     spent = accounting.epsilon_of_history(history, plan.per_run_delta, plan.accountant)
     if charged > target * (1 + 1e-9):
         raise RuntimeError(f"the run spent epsilon={charged!r} (x{runs} runs) but its plan charges {target!r}: "

@@ -16,6 +16,11 @@ misspelt parameter name (papermill itself only warns). A per-dataset parameter m
 
 from __future__ import annotations
 
+__all__ = [
+    "CHECK_CELL", "listing", "mapping", "per_dataset", "check_known", "clean_float", "from_notebook",
+    "record_cells", "notebook_parameters", "unknown_parameters", "parameters_cell", "infer_type", "convert"
+]
+
 import ast
 import builtins
 import dataclasses
@@ -338,4 +343,3 @@ def _type_name(target: Any) -> str:
 def _example(target: Any) -> str:
     origins = {typing.get_origin(t) for t in _alternatives(target)}
     return "{'mnist': 64}" if dict in origins else "[0, 1]" if origins & {list, set} else "(0, 1)"
-

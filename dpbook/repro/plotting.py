@@ -3,6 +3,8 @@ figures sized for the book's text column (panels stacked in rows, one legend out
 
 from __future__ import annotations
 
+__all__ = ["METHOD_COLOURS", "method_colour", "axes", "annotate_empty", "PAGE_WIDTH", "panel_grid", "legend_below"]
+
 import matplotlib.pyplot as plt
 
 # One colour per method name of the registry (and for non-private training), fixed for the whole book.

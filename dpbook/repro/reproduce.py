@@ -24,6 +24,12 @@ cannot run at that noise (Andrew et al. need 2 sigma_b > sigma), is reported wit
 
 from __future__ import annotations
 
+__all__ = [
+    "REP_SEED", "TRAIN_SIZES", "STAND_INS", "stand_in", "stand_in_note", "training_size", "plan", "check_feasible",
+    "RUN_FIELDS", "search", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run", "cell_runs",
+    "summarise", "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
+]
+
 import functools
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -31,9 +37,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 import torch
 
 from dpbook import data
+from dpbook.methods import METHODS
 from dpbook.repro import results
 from dpbook.repro.experiment import TASKS, Experiment, load_task_data, plan_of
-from dpbook.methods import METHODS
 from dpbook.repro.sweep import run_all
 from dpbook.tuning import TuningPlan, search_schedule
 

@@ -16,6 +16,13 @@ without results says "not run yet".
 
 from __future__ import annotations
 
+__all__ = [
+    "REPO_ROOT", "RESULTS_DIR", "PAPER_DIR", "SCHEMA_VERSION", "git_commit", "device_name", "versions",
+    "provenance", "write_result", "nonprivate_keys", "REQUIRED_KEYS", "CorruptResultError", "ANALYSIS_DIR",
+    "is_analysis", "read_result", "recorded", "repo_path", "load_results", "load_paper_table", "paper_rows",
+    "mean_std", "format_mean_std", "final_metric", "compare", "difference", "markdown_table"
+]
+
 import datetime as _dt
 import functools
 import json
@@ -274,7 +281,6 @@ def format_mean_std(mean: float, std: float, n: int, *, digits: int = 2) -> str:
 def final_metric(record: Mapping, metric: str = "test_accuracy") -> float:
     """The metric at the end of the run (the last epoch's row)."""
     return float(record["final"][metric])
-
 
 
 def compare(cells: Sequence[Mapping[str, Any]], *, reproduced: Callable[[Mapping], Sequence[float]],

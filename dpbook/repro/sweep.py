@@ -22,14 +22,19 @@ CPU thread each by default); a failed run is reported and the sweep goes on.
 
 from __future__ import annotations
 
+__all__ = [
+    "die_with_parent", "run_one", "run_all", "parse_value", "parse_assignments", "failed_cell",
+    "check_notebook_grid", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main", "summary_lines",
+    "print_status"
+]
+
 import argparse
 import ast
-import re
 import concurrent.futures as cf
 import importlib
-import itertools
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import time
@@ -42,6 +47,7 @@ from tqdm.std import tqdm
 from dpbook import checks, io, train
 from dpbook.repro import dispatch, params, results
 from dpbook.repro.experiment import Experiment, run_experiment
+from dpbook.tuning import grid_product
 
 
 def _init_worker(threads: int, parent: int | None = None) -> None:
@@ -182,12 +188,6 @@ def _split_top_level(text: str) -> list[str]:
     return parts + [current]
 
 
-def grid_points(grid: dict[str, list]) -> list[dict]:
-    """The Cartesian product of a parameter grid, in order: ``{"a": [1, 2], "b": [3]}`` -> two dicts."""
-    names = list(grid)
-    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
-
-
 def failed_cell(executed: Path, stderr: str) -> str:
     """Why a papermill run failed, in one line: the failing cell (its first line) and its exception,
     read from the executed notebook; else the last line papermill printed.
@@ -250,7 +250,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     """
     checks.one_of("executor", executor, dispatch.EXECUTORS)
     notebook = Path(notebook)
-    points = grid_points(grid)
+    points = grid_product(**grid)
     check_notebook_grid(notebook, [{**fixed, **point} for point in points])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

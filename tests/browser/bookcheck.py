@@ -145,14 +145,19 @@ _PAGE_FACTS = r"""
   let opening = '';
   if (h1) {
     let el = h1.nextElementSibling;
-    while (el && (el.tagName === 'SPAN' || el.classList.contains('toctree-wrapper') && false)) el = el.nextElementSibling;
-    if (el && el.tagName === 'DIV' && el.classList.contains('cell') && el.classList.contains('tag_remove-cell')) el = el.nextElementSibling;
-    opening = el ? (el.tagName === 'P' ? el.textContent.trim() : `<${el.tagName.toLowerCase()} class="${el.className}">`) : '';
+    while (el && (el.tagName === 'SPAN' || el.classList.contains('toctree-wrapper') && false))
+      el = el.nextElementSibling;
+    if (el && el.tagName === 'DIV' && el.classList.contains('cell') && el.classList.contains('tag_remove-cell'))
+      el = el.nextElementSibling;
+    opening = el ? (el.tagName === 'P' ? el.textContent.trim()
+                                       : `<${el.tagName.toLowerCase()} class="${el.className}">`) : '';
   }
   return {
     texts, mathItems,
-    unTypeset: Array.from(main.querySelectorAll('.math')).filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80)),
-    mathErrors: Array.from(document.querySelectorAll('mjx-merror')).map(e => e.getAttribute('data-mjx-error') || e.textContent),
+    unTypeset: Array.from(main.querySelectorAll('.math'))
+        .filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80)),
+    mathErrors: Array.from(document.querySelectorAll('mjx-merror'))
+        .map(e => e.getAttribute('data-mjx-error') || e.textContent),
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     imgs, code, tables, mainRight: box.right, opening,
@@ -252,7 +257,7 @@ class BookBrowser:
         for source in facts["unTypeset"]:
             add("raw-math", f"a formula was not typeset: {source!r}")
         for tex in facts["mathItems"]:
-            if _CONTROL.search(tex) or (m := _ESCAPE_CASUALTY.search(tex)):
+            if _CONTROL.search(tex) or _ESCAPE_CASUALTY.search(tex):
                 add("escape-casualty", f"a LaTeX command lost its backslash to a Python escape (use a raw string "
                                        f"r'...'): {tex[:120]!r}")
 

@@ -48,7 +48,8 @@ def _check(browser, html, **extra):
 # chapter's own text is, so that stray $$ is not typeset by accident)
 INSERTED = {
     "math-error": r'<p>A broken formula: <span class="math notranslate nohighlight">\(\sqrt{x}}\)</span>.</p>',
-    "escape-casualty": '<p>Lost backslash: <span class="math notranslate nohighlight">\\(C/\\lVert g \rVert\\)</span>.</p>',
+    "escape-casualty": ('<p>Lost backslash: <span class="math notranslate nohighlight">'
+                        '\\(C/\\lVert g \rVert\\)</span>.</p>'),
     "raw-math": "<p>Some text with raw TeX $$x^2$$ left in it.</p>",
     "pipe-table": "<p>| method | accuracy |\n|---|---|\n| dpsgd | 90 |</p>",
     "image-not-loaded": '<img alt="a figure that was never written" src="../_images/no-such-figure.png">',
@@ -57,7 +58,8 @@ INSERTED = {
     "dead-anchor": '<p><a href="#no-such-section">a section that does not exist</a></p>',
     "console-error": "<script>console.error('a script failed');</script>",
     "network-request": '<img alt="a remote image" src="https://example.org/figure.png">',
-    "code-overflow": ('<div class="cell_input"><div class="highlight"><pre>x = 1  # ' + "y" * 300 + "</pre></div></div>"),
+    "code-overflow": ('<div class="cell_input"><div class="highlight"><pre>x = 1  # ' + "y" * 300
+                      + "</pre></div></div>"),
     "code-too-long": ('<div class="cell_input"><div class="highlight"><pre>'
                       + "\n".join(f"x{i} = {i}" for i in range(60)) + "</pre></div></div>"),
     "page-overflow": '<div style="width: 4000px">a block wider than any window</div>',

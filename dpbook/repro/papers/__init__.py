@@ -6,3 +6,5 @@ Each module has a ``Reproduction`` whose fields are the chapter's notebook param
 reads as its parameters, one call per table or figure, and prose: ``notebooks/reproduce_dcsgd.ipynb``
 (:mod:`.dcsgd`, :mod:`.dcsgd_figures`), ``reproduce_dpdr`` (:mod:`.dpdr`), ``reproduce_psasc`` (:mod:`.psasc`).
 """
+
+__all__ = []

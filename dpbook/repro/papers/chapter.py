@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["Chapter"]
+
 from dataclasses import dataclass
 
 from dpbook.repro import results

@@ -18,6 +18,11 @@ training, not accuracies: :mod:`.dcsgd_figures`.
 
 from __future__ import annotations
 
+__all__ = [
+    "STUDY", "TABLES", "PROTOCOL", "OPTIMIZER", "PAPER_EPOCHS", "MODEL_NAMES", "DATASET_NAMES", "LABELS", "TUNED",
+    "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "paper_table", "rename", "Reproduction", "table_cells", "hms"
+]
+
 import collections
 import functools
 import json

@@ -9,6 +9,11 @@ read back by the figure. Every function takes the chapter's :class:`~dpbook.repr
 
 from __future__ import annotations
 
+__all__ = [
+    "AXIS", "STYLES", "sensitivity_figure", "fig4_params", "fig8_params", "PARAMS", "analysis_path",
+    "load_analysis", "per_sample_norms", "measure_fig4", "measure_fig8", "measure", "fig4_figure", "fig8_figure"
+]
+
 import collections
 import hashlib
 import json
@@ -23,8 +28,7 @@ from dpbook.methods import METHODS
 from dpbook.methods.dcsgd import expected_errors_from_norms
 from dpbook.per_sample import PerSampleGradients, flat_norms
 from dpbook.repro import reproduce, results
-from dpbook.repro.experiment import (build_task_model, load_task_data, make_optimizer, plan_of,
-                                     resolve_device)
+from dpbook.repro.experiment import build_task_model, load_task_data, make_optimizer, plan_of, resolve_device
 from dpbook.repro.papers.dcsgd import FIGURES, LABELS, MODEL_NAMES, STUDY
 from dpbook.repro.plotting import annotate_empty, axes, legend_below, method_colour, panel_grid
 from dpbook.train import Trainer, evaluate

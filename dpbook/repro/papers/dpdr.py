@@ -20,6 +20,11 @@ sigma_alpha / sigma_perp times sigma_perp:
 
 from __future__ import annotations
 
+__all__ = [
+    "STUDY", "ROWS", "paper_tables", "models", "label", "line_style", "paper_row", "delta_of", "table2",
+    "mean_curve", "crossing", "Reproduction"
+]
+
 import functools
 from dataclasses import dataclass, field
 
@@ -28,11 +33,11 @@ import numpy as np
 
 from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
-from dpbook.repro.benchmark import product
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import annotate_empty, axes, method_colour
+from dpbook.tuning import grid_product
 
 STUDY = "dpdr"
 #: Table 1's rows: key -> (registry method, optimizer, label).
@@ -184,21 +189,21 @@ class Reproduction(Chapter):
         """(base, grid) of a Table 1 cell; None while it waits for the best DP-SGD point (DPDR, DIFF, DIFF2)."""
         base = self.base_of(key, dataset, epsilon)
         if key == "dpsgd":
-            return base, product(lr=self.lr_grid, C=self.C_grid)
+            return base, grid_product(lr=self.lr_grid, C=self.C_grid)
         if key == "dpadam":
-            return base, product(lr=self.adam_lr_grid, C=self.C_grid)
+            return base, grid_product(lr=self.adam_lr_grid, C=self.C_grid)
         if key == "autos":
-            return base, product(lr=self.lr_grid, gamma=[clean_float(self.autos_gamma)])
+            return base, grid_product(lr=self.lr_grid, gamma=[clean_float(self.autos_gamma)])
         sgd = reproduce.best_run(*self.spec("dpsgd", dataset, epsilon), self.results)
         if sgd is None:
             return None
         C_g = sgd.hyperparameters["C"]
         if key == "dpdr":   # the DP-SGD phase at the best DP-SGD settings (App. A.1)
-            return base, product(lr=[sgd.lr], C_perp=self.C_perp_grid, C_alpha=self.C_alpha_grid, C_g=[C_g],
+            return base, grid_product(lr=[sgd.lr], C_perp=self.C_perp_grid, C_alpha=self.C_alpha_grid, C_g=[C_g],
                                  s=[int(self.s)], sigma_alpha_ratio=[self.ratio_of(dataset, epsilon)])
         if key == "diff":
-            return base, product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g])
-        return base, product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g],
+            return base, grid_product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g])
+        return base, grid_product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g],
                              restart_every=[int(self.diff2_restart_every)])
 
     # -- run mode ------------------------------------------------------------------------------------------------

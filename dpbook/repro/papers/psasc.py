@@ -18,6 +18,8 @@ On MNIST (C = 0.3, s = 0.9), DP-SGD's sensitivity is C and DP-PSASC's C/s, so et
 
 from __future__ import annotations
 
+__all__ = ["STUDY", "LABELS", "paper_tables", "settings", "sensitivity", "Reproduction"]
+
 import functools
 from dataclasses import dataclass, field
 
