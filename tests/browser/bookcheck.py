@@ -73,9 +73,13 @@ def find_chromium() -> str:
 
 
 def book_pages(root: Path = ROOT) -> list[Page]:
-    """Every page ``_toc.yml`` lists, in reading order."""
+    """Every page ``_toc.yml`` lists, in reading order: chapters and their sections (the API reference's pages)."""
     toc = yaml.safe_load((root / "_toc.yml").read_text())
-    names = [toc["root"]] + [ch["file"] for part in toc.get("parts", []) for ch in part["chapters"]]
+
+    def files(entries: list[dict]) -> list[str]:
+        return [name for e in entries for name in [e["file"], *files(e.get("sections", []))]]
+
+    names = [toc["root"]] + files([ch for part in toc.get("parts", []) for ch in part["chapters"]])
     pages = []
     for name in names:
         sources = [root / f"{name}{ext}" for ext in (".ipynb", ".md")]
