@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -50,6 +51,11 @@ from dpbook.repro.experiment import Experiment
 EXECUTORS = ("local", "debug", "slurm")
 
 
+def _option(default, help_text: str):
+    """A field of :class:`SlurmOptions` with the help text of its command-line flag."""
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
 @dataclass(frozen=True)
 class SlurmOptions:
     """What a SLURM job array asks for: per array task (``gpus``, ``cpus``, ``mem_gb``, ``time_min``), where it
@@ -61,16 +67,27 @@ class SlurmOptions:
     'gpu'
     """
 
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    gpus: int = 0
-    cpus: int = 1
-    mem_gb: float | None = None
-    time_min: int = 60
-    array_parallelism: int = 32
-    runs_per_job: int = 1
-    extra: dict = dataclasses.field(default_factory=dict)
+    partition: str | None = _option(None, "SLURM partition")
+    account: str | None = _option(None, "SLURM account")
+    qos: str | None = _option(None, "SLURM QOS")
+    gpus: int = _option(0, "GPUs per array task")
+    cpus: int = _option(1, "CPUs per array task")
+    mem_gb: float | None = _option(None, "memory per array task, GB")
+    time_min: int = _option(60, "time limit per array task, minutes")
+    array_parallelism: int = _option(32, "array tasks running at once")
+    runs_per_job: int = _option(1, "runs one array task trains in turn")
+    extra: dict = dataclasses.field(default_factory=dict)  # the file only: any other #SBATCH option
+
+    @classmethod
+    def flags(cls) -> dict[str, tuple[type, str]]:
+        """The options a command line sets, ``{name: (type, help)}`` (every field but ``extra``).
+
+        >>> SlurmOptions.flags()["time_min"]
+        (<class 'int'>, 'time limit per array task, minutes')
+        """
+        hints = typing.get_type_hints(cls)
+        return {f.name: (next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None)),
+                         f.metadata["help"]) for f in dataclasses.fields(cls) if "help" in f.metadata}
 
     def __post_init__(self):
         checks.integer("gpus", self.gpus, minimum=0)

@@ -364,25 +364,17 @@ def summary_lines(summaries: list[dict]) -> list[str]:
     return lines
 
 
-_SLURM_FLAGS = {  # flag -> (type, help); each overrides the same key of --slurm-config
-    "partition": (str, "SLURM partition"), "account": (str, "SLURM account"), "qos": (str, "SLURM QOS"),
-    "gpus": (int, "GPUs per array task"), "cpus": (int, "CPUs per array task"),
-    "mem-gb": (float, "memory per array task, GB"), "time-min": (int, "time limit per array task, minutes"),
-    "array-parallelism": (int, "array tasks running at once"), "runs-per-job": (int, "runs one array task trains"),
-}
-
-
 def _executor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=dispatch.EXECUTORS, default="local",
                         help="local: a process pool here (default); debug: in this process; slurm: a job array")
     parser.add_argument("--slurm-config", default=None, help="a TOML file of SLURM options (dpbook.repro.dispatch)")
-    for flag, (kind, text) in _SLURM_FLAGS.items():
-        parser.add_argument(f"--{flag}", type=kind, default=None, help=f"{text} (--executor slurm)")
+    for name, (kind, text) in dispatch.SlurmOptions.flags().items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=f"{text} (--executor slurm)")
 
 
 def _slurm_options(args) -> dispatch.SlurmOptions | None:
     """The SLURM options of the command line (flags over the config file); None unless --executor slurm."""
-    given = {flag.replace("-", "_"): getattr(args, flag.replace("-", "_")) for flag in _SLURM_FLAGS}
+    given = {name: getattr(args, name) for name in dispatch.SlurmOptions.flags()}
     if args.executor != "slurm":
         used = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
         if used or args.slurm_config:
