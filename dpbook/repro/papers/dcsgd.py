@@ -199,7 +199,7 @@ class Reproduction(Chapter):
         try:
             self.check_size(base)
         except FileNotFoundError as err:
-            return {"status": "not run yet", "values": [], "chosen": [], "sigma": None, "reason": str(err)}
+            return {**reproduce.empty_summary("not run yet"), "reason": str(err)}
         return reproduce.cell(base, grid, self.repetitions(base), self.results)
 
     def is_selected(self, c: dict) -> bool:
