@@ -38,7 +38,7 @@ Conventions, shared by every function here:
 from __future__ import annotations
 
 __all__ = [
-    "ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "calibrate_scale", "epsilon", "epsilon_of_history", "noise_multiplier",
+    "ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "calibrate", "epsilon", "epsilon_of_history", "noise_multiplier",
     "PrivacyLedger", "sigma_T", "sigma_delta", "sigma_eff", "OPACUS_ORDERS", "LOW_ORDERS", "MAX_ORDER",
     "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "Segment", "check_segment", "check_accountant"
 ]
@@ -323,23 +323,66 @@ def epsilon_of_history(history: Iterable[Sequence], delta: float, accountant: st
 # Noise calibration
 # --------------------------------------------------------------------------------------------------------------
 
+def calibrate(epsilon_at: Callable[[float], float], target_epsilon: float, *, epsilon_tolerance: float = 0.01,
+              sigma_tolerance: float = 1e-2, name: str = "noise_multiplier", setting: str = "",
+              fix: str = "") -> float:
+    r"""The one noise calibration of the library: the smallest x with ``epsilon_at(x) <= target_epsilon``.
+
+    ``epsilon_at(x)`` is the epsilon of a whole run's (composed) history in which some noise multipliers are x or
+    scale with it: plain DP-SGD's ``(x, q, T)`` (:func:`noise_multiplier`), DPDR's DP-SGD steps at sigma_g beside
+    its GDR steps (:func:`dpbook.methods.dpdr.calibrate_sigma_g`), DIFF2's difference steps at x and its restarts
+    at a multiple of it. It must decrease as x grows.
+
+    The search is Opacus's ``get_noise_multiplier`` bisection, so that plain DP-SGD matches Opacus digit for digit:
+    the bracket ``(0, 20]`` (0 is "no noise", epsilon = inf) whose upper end doubles while it spends too much, then
+    halved intervals keeping the upper end. Opacus stops as soon as ``target_epsilon - epsilon_tolerance <=
+    epsilon_at(x)``; where epsilon is steep in x that already pins x. Where it is flat (small delta, as in a tuning
+    protocol's per-run budget) Opacus's rule stops at a coarse bracket point (3.4375, 5.0, 7.5, ...); the search
+    here goes on until the bracket is also ``sigma_tolerance`` narrow (relative). The result x satisfies
+    ``target_epsilon - epsilon_tolerance <= epsilon_at(x) <= target_epsilon``.
+
+    >>> q, T = 0.01, 1000
+    >>> x = calibrate(lambda x: epsilon_of_history([(x, q, 10), (2 * x, q, T - 10)], 1e-5), 2.0,
+    ...               epsilon_tolerance=1e-4)
+    >>> round(epsilon_of_history([(x, q, 10), (2 * x, q, T - 10)], 1e-5), 3)
+    2.0
+
+    Raises:
+        ValueError: when even x = ``MAX_NOISE_MULTIPLIER`` spends more than the target; the message names x
+        (``name``), the ``setting`` and what to change (``fix``).
+    """
+    target = checks.positive("target_epsilon", target_epsilon)
+    tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
+    sigma_tol = checks.positive("sigma_tolerance", sigma_tolerance)
+    lo, hi = 0.0, 20.0
+    eps_hi = epsilon_at(hi)
+    while eps_hi > target:
+        if hi >= MAX_NOISE_MULTIPLIER:
+            raise ValueError(f"target_epsilon={target!r} is unreachable{setting and ' ' + setting}: even "
+                             f"{name}={MAX_NOISE_MULTIPLIER:g} gives epsilon={eps_hi:.4g}. {fix}".rstrip())
+        hi = min(2 * hi, MAX_NOISE_MULTIPLIER)
+        eps_hi = epsilon_at(hi)
+    for _ in range(200):  # 200 halvings exhaust float precision; a cap guards against a discontinuous epsilon
+        if target - eps_hi <= tol and hi - lo <= sigma_tol * hi:
+            break
+        mid = (lo + hi) / 2
+        eps_mid = epsilon_at(mid)
+        if eps_mid < target:
+            hi, eps_hi = mid, eps_mid
+        else:
+            lo = mid
+    return hi
+
+
 def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: float, steps: int,
                      accountant: str = "rdp", epsilon_tolerance: float = 0.01,
                      sigma_tolerance: float = 1e-2) -> float:
     r"""The smallest sigma whose ``steps`` releases at rate q stay within target_epsilon, to both tolerances.
 
-    With sigma* the smallest noise multiplier whose epsilon is at most the target, the result sigma satisfies
-    ``sigma* <= sigma <= sigma* (1 + sigma_tolerance)`` (about) and ``target_epsilon - epsilon_tolerance <=
-    epsilon(sigma, q, steps, target_delta) <= target_epsilon``. The search is a bisection on sigma with the
-    bracket of Opacus's ``get_noise_multiplier`` (upper end 20, doubled while too small, then halved intervals,
-    keeping the upper end). Opacus stops as soon as epsilon is within ``epsilon_tolerance``; where epsilon is
-    steep in sigma that already pins sigma, and the result is Opacus's ``make_private_with_epsilon`` sigma digit
-    for digit. Where epsilon is flat in sigma (small delta, as in a tuning protocol's per-run budget) Opacus's
-    rule stops at a coarse bracket point (3.4375, 5.0, 7.5, ...); the bisection here goes on until the bracket
-    is ``sigma_tolerance`` narrow.
-
-    The probes use :func:`rdp_optimum`'s grown order grid, and the answer is refused unless its optimal order is
-    interior.
+    :func:`calibrate` on ``epsilon(sigma, q, steps, target_delta)``: the result is Opacus's
+    ``make_private_with_epsilon`` sigma digit for digit where epsilon is steep in sigma, and within
+    ``sigma_tolerance`` of the smallest sigma that fits where it is flat. The probes use :func:`rdp_optimum`'s
+    grown order grid, and the answer is refused unless its optimal order is interior.
 
     Args:
         target_epsilon: finite, > 0.
@@ -363,8 +406,6 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     sample_rate = _check_sample_rate(sample_rate)
     steps = checks.integer("steps", steps, minimum=1)
     accountant = check_accountant(accountant)
-    tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
-    sigma_tol = checks.positive("sigma_tolerance", sigma_tolerance)
 
     def eps(sigma: float) -> float:
         """A valid upper bound on epsilon at every probe (an optimum at the grid's end is refused only at the
@@ -373,98 +414,12 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
             return rdp_optimum([(sigma, sample_rate, steps)], target_delta).epsilon
         return _epsilon_checked([(sigma, sample_rate, steps)], target_delta, accountant)
 
-    # Bracket: eps(hi) <= target < eps(lo) (lo = 0 is "no noise", epsilon = inf). lo stays 0 while hi doubles,
-    # as in Opacus, so that the bisection visits the same points.
-    lo, hi = 0.0, 20.0
-    eps_hi = eps(hi)
-    while eps_hi > target_epsilon:
-        if hi >= MAX_NOISE_MULTIPLIER:
-            raise ValueError(
-                f"target_epsilon={target_epsilon!r} is unreachable for sample_rate={sample_rate!r}, steps={steps}, "
-                f"target_delta={target_delta!r} with the {accountant!r} accountant: even noise_multiplier="
-                f"{MAX_NOISE_MULTIPLIER:g} gives epsilon={eps_hi:.4g}. Use a larger target_epsilon, fewer "
-                f"steps or a smaller sample_rate.")
-        hi = min(2 * hi, MAX_NOISE_MULTIPLIER)
-        eps_hi = eps(hi)
-    # Bisection, keeping the invariant, until the upper end is within both tolerances.
-    for _ in range(200):  # 200 halvings exhaust float precision; a cap guards against a discontinuous epsilon
-        if target_epsilon - eps_hi <= tol and hi - lo <= sigma_tol * hi:
-            break
-        mid = (lo + hi) / 2
-        eps_mid = eps(mid)
-        if eps_mid < target_epsilon:
-            hi, eps_hi = mid, eps_mid
-        else:
-            lo = mid
-    _epsilon_checked([(hi, sample_rate, steps)], target_delta, accountant)  # refuses an optimum at the grid's end
-    return hi
-
-
-def calibrate_scale(epsilon_at: Callable[[float], float], target_epsilon: float, *,
-                    epsilon_tolerance: float = 1e-4, name: str = "sigma") -> float:
-    r"""The smallest noise multiplier x with ``epsilon_at(x) <= target_epsilon``, for a schedule of several noises.
-
-    ``epsilon_at(x)`` is the epsilon of a whole run's history in which some segments' noise multipliers scale
-    with x (DPDR's DP-SGD steps at sigma_g; DIFF2's difference steps at sigma and its restarts at a fixed multiple
-    of it); it must decrease as x grows. The search: a bracket by doubling or halving from x = 1, then regula
-    falsi on ``log epsilon`` (Illinois variant, with bisection as fallback), until ``target_epsilon -
-    epsilon_tolerance <= epsilon_at(x) <= target_epsilon``; about ten evaluations of the accountant.
-
-    >>> q, T = 0.01, 1000
-    >>> x = calibrate_scale(lambda x: epsilon_of_history([(x, q, 10), (2 * x, q, T - 10)], 1e-5), 2.0)
-    >>> round(epsilon_of_history([(x, q, 10), (2 * x, q, T - 10)], 1e-5), 3)
-    2.0
-
-    Raises:
-        ValueError: when even x = ``MAX_NOISE_MULTIPLIER`` spends more than the target.
-    """
-    target = checks.positive("target_epsilon", target_epsilon)
-    tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
-
-    def f(x: float) -> float:  # decreasing in x; log makes it nearly linear for the secant steps
-        e = epsilon_at(x)
-        return math.log(e / target) if 0 < e < math.inf else (math.inf if e > 0 else -math.inf)
-
-    # Bracket [lo, hi] with f(lo) > 0 >= f(hi), starting from x = 1 and doubling or halving.
-    x, fx = 1.0, f(1.0)
-    if fx > 0:
-        lo, f_lo = x, fx
-        hi, f_hi = 2 * x, f(2 * x)
-        while f_hi > 0:
-            if hi >= MAX_NOISE_MULTIPLIER:
-                raise ValueError(f"target_epsilon={target!r} needs {name} > {MAX_NOISE_MULTIPLIER:g}: the steps whose "
-                                 f"noise scales with {name} cannot be made cheap enough")
-            lo, f_lo = hi, f_hi
-            hi = min(2 * hi, MAX_NOISE_MULTIPLIER)
-            f_hi = f(hi)
-    else:
-        hi, f_hi = x, fx
-        lo, f_lo = x / 2, f(x / 2)
-        while f_lo <= 0:
-            hi, f_hi = lo, f_lo
-            lo = lo / 2
-            f_lo = f(lo)
-    # Illinois (regula falsi that halves the stale end's value), falling back to bisection; keeps the bracket and
-    # stops once epsilon(hi) is within epsilon_tolerance below the target.
-    stale = 0
-    for _ in range(200):
-        if target * (1 - math.exp(f_hi)) <= tol or hi - lo <= 1e-12 * hi:
-            break
-        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo) if math.isfinite(f_lo) else (lo + hi) / 2
-        if not lo < x < hi:
-            x = (lo + hi) / 2
-        fx = f(x)
-        if fx <= 0:
-            hi, f_hi = x, fx
-            stale = stale + 1 if stale >= 0 else 1
-            if stale >= 2 and math.isfinite(f_lo):
-                f_lo /= 2
-        else:
-            lo, f_lo = x, fx
-            stale = stale - 1 if stale <= 0 else -1
-            if stale <= -2:
-                f_hi /= 2
-    return hi
+    sigma = calibrate(eps, target_epsilon, epsilon_tolerance=epsilon_tolerance, sigma_tolerance=sigma_tolerance,
+                      setting=f"for sample_rate={sample_rate!r}, steps={steps}, target_delta={target_delta!r} with "
+                              f"the {accountant!r} accountant",
+                      fix="Use a larger target_epsilon, fewer steps or a smaller sample_rate.")
+    _epsilon_checked([(sigma, sample_rate, steps)], target_delta, accountant)  # refuses an optimum at the grid's end
+    return sigma
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -598,7 +553,8 @@ def sigma_eff(*sigmas: float) -> float:
     Privacy hygiene rule 4 (reading DPDR-13): the two decomposition releases (sigma_perp, sigma_alpha) share one
     Poisson batch, so they are one subsampled Gaussian mechanism at sigma_eff, not two independent ones. It inverts
     the splits: ``sigma_eff(sigma_T(s, h), h) == s`` and ``sigma_eff(sigma_delta(s, b), 2 * b) == s``. A sigma_i of
-    0 gives 0 (no privacy); ``math.inf`` (nothing released) contributes nothing.
+    0 gives 0 (no privacy); ``math.inf`` (nothing released) contributes nothing; a single release gives its own
+    multiplier exactly.
 
     >>> sigma_eff(3.0, 4.0)  # (1/9 + 1/16)^(-1/2) = 12/5
     2.4
@@ -610,5 +566,8 @@ def sigma_eff(*sigmas: float) -> float:
     values = [_check_noise_multiplier(s, f"sigmas[{i}]") for i, s in enumerate(sigmas)]
     if any(v == 0 for v in values):
         return 0.0
+    released = [v for v in values if v != math.inf]
+    if len(released) == 1:
+        return released[0]  # one release is its own multiplier, to the bit
     precision = math.fsum(v ** -2 for v in values)
     return math.inf if precision == 0 else precision ** -0.5

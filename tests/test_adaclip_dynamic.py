@@ -188,7 +188,7 @@ def test_adaclip_default_sigma_b_too_small_fails_at_bind():
     with pytest.raises(ValueError, match="sigma_b"):
         method.bind([torch.zeros(3)], expected_batch_size=16)
     with pytest.raises(RuntimeError, match="bind"):
-        AdaClip(sigma=1.0).noise_std()
+        AdaClip(sigma=1.0).releases()
 
 
 # --- Du et al.'s schedule -----------------------------------------------------------------------------------------

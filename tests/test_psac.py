@@ -171,7 +171,7 @@ def test_s_equal_one_is_psac_to_the_bit():
         n = norms.to(dtype)
         assert torch.equal(weights.psasc_weight(n, C=0.3, r=1e-4, s=1.0), weights.psac_weight(n, C=0.3, r=1e-4))
     a, b = PSASC(C=0.3, r=1e-4, s=1.0, sigma=1.0), PSAC(C=0.3, r=1e-4, sigma=1.0)
-    assert (a.sensitivity(), a.noise_std(), a.noise_multiplier()) == (b.sensitivity(), b.noise_std(), 1.0)
+    assert a.releases() == b.releases() and a.noise_multiplier() == 1.0
 
 
 def test_reparametrisation_identity_of_the_weights():
@@ -215,7 +215,6 @@ def make(name, C, r, s, gamma, sigma=1.0):
        norms=st.lists(st.sampled_from(ADVERSARIAL_NORMS) | st.floats(0, 1e15), min_size=1, max_size=20))
 def test_contribution_never_exceeds_sensitivity(name, C, r, s, gamma, norms):
     m = make(name, C, r, s, gamma)
-    assert m.noise_std() == pytest.approx(m.noise_multiplier() * m.sensitivity(), rel=1e-15)
     for dtype, tol, top in ((torch.float64, 1e-12, math.inf), (torch.float32, 1e-6, 1e30)):
         n = torch.tensor([v for v in norms if v <= top], dtype=dtype)
         w = m.weights(n)
@@ -335,7 +334,6 @@ def test_noise_std_is_sigma_times_sensitivity_and_accountant_sees_sigma(name, hp
     engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=1.0), method, sample_rate=0.5,
                          expected_batch_size=B)
     assert method.sensitivity() == pytest.approx(sensitivity)
-    assert method.noise_std() == pytest.approx(sigma * sensitivity)
     empty = (torch.zeros(0, 200), torch.zeros(0, dtype=torch.long))
     before = model.weight.detach().clone()
     engine.step(*empty)

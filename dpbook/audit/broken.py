@@ -35,17 +35,18 @@ from dpbook.per_sample import Grads
 
 
 class NoClipping(DPSGD):
-    """Broken: every weight is 1 (no clipping), while ``sensitivity()`` still says C."""
+    """Broken: every weight is 1 (no clipping), while its release still declares sensitivity C."""
 
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(norms)
 
 
 class HalfNoise(DPSGD):
-    """Broken: half the declared noise std; ``noise_multiplier()`` still says sigma."""
+    """Broken: adds half the noise std that :meth:`releases` declares (the accountant still sees sigma)."""
 
-    def noise_std(self) -> float:
-        return 0.5 * super().noise_std()
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        std = 0.5 * self.releases()[0].noise_std
+        return [s + noise.like(s, std) for s in acc["sum"]]
 
 
 class RealisedBatchAdaClip(AdaClip):

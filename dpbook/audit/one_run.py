@@ -18,7 +18,9 @@ Here, white-box, with gradient canaries:
 - the training set is the real one plus the included canaries, sampled at the real run's q; the model, the
   method, the accountant and the engine (:class:`dpbook.optim.DPOptimizer`) are the book's, unchanged;
 - the auditor sees every release (the noisy sums the optimizer receives), and scores canary k by
-  ``sum_t w_t release_t[j_k]`` with ``w_t = sensitivity_t / noise_std_t^2`` (declared before the step): the
+  ``sum_t w_t release_t[j_k]`` with ``w_t = sensitivity_t / noise_std_t^2``, from the step's declared releases
+  (:meth:`dpbook.methods.base.Method.releases`, before the step): the sensitivity of the noisy gradient
+  (:func:`~dpbook.methods.base.gradient_sensitivity`) over the variance of its first release's noise, the
   likelihood-ratio weighting of independent Gaussian steps;
 - it guesses "in" for the k highest scores and "out" for the k lowest, for a few k fixed in advance
   (:data:`GUESSES`, Bonferroni-corrected), and reports the best certified bound.
@@ -49,6 +51,7 @@ from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
 from dpbook.data import load_digits
 from dpbook.io import resumable
 from dpbook.methods import METHODS
+from dpbook.methods.base import gradient_sensitivity
 from dpbook.models import digits_mlp
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import Grads
@@ -153,7 +156,8 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     release = dp_method.release
 
     def recorded(acc, noise):
-        weight = dp_method.sensitivity() / dp_method.noise_std() ** 2  # declared before the step: public
+        declared = dp_method.releases()  # before the step: public
+        weight = gradient_sensitivity(declared) / declared[0].noise_std ** 2
         out = release(acc, noise)
         scores.add_(weight * torch.cat([o.detach().flatten() for o in out])[coordinates].cpu())
         return out

@@ -17,7 +17,9 @@ epsilon and mu on the second half (95 % confidence). They are compared with the 
 accountant's epsilon for one step at (``noise_multiplier()``, q) and mu = 1 / ``noise_multiplier()`` (exact for
 the Gaussian mechanism at q = 1, and an upper bound at q < 1, since subsampling only helps). The audit also checks
 the declaration behind both claims: the canary's effect on the sum, ``||Delta||``, must not exceed the declared
-``sensitivity()``. A method is *flagged* when a lower bound exceeds its claim or the effect exceeds the declaration.
+sensitivity of the noisy gradient (:func:`~dpbook.methods.base.gradient_sensitivity` of the method's
+:meth:`~dpbook.methods.base.Method.releases`). A method is *flagged* when a lower bound exceeds its claim or the
+effect exceeds the declaration.
 
     >>> result = audit("dpsgd", trials=2000, seed=0)
     >>> result.mu_claimed, result.mu_lower <= result.mu_claimed, result.flagged
@@ -44,7 +46,7 @@ from dpbook import accounting, checks
 from dpbook.audit.scenarios import SCENARIOS, Scenario, background, zeros
 from dpbook.audit.statistics import CONFIDENCE, certify
 from dpbook.methods import METHODS
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.methods.base import GaussianNoise, Method, MicroBatch, gradient_sensitivity
 from dpbook.per_sample import Grads, flat_norms
 
 DELTA = 1e-5
@@ -219,7 +221,7 @@ def run(cls: type, scenario: Scenario, *, name: str, broken: str | None = None, 
     certificate = certify(x0 @ w, x1 @ w, delta=delta, confidence=confidence)
     return AuditResult(
         method=name, broken=broken, trials=trials, sample_rate=q, delta=delta, accountant=accountant,
-        noise_multiplier=sigma, sensitivity=without.method.sensitivity(), shift=shift,
+        noise_multiplier=sigma, sensitivity=gradient_sensitivity(without.method.releases()), shift=shift,
         epsilon_claimed=accounting.epsilon(sigma, q, 1, delta, accountant),
         epsilon_lower=certificate.epsilon, mu_claimed=1 / sigma if sigma > 0 else math.inf,
         mu_lower=certificate.mu, confidence=confidence, features=("projection", *keys),

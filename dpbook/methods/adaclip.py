@@ -27,7 +27,7 @@ is computed in ``release`` from the noisy count only and used from the next step
 
 from __future__ import annotations
 
-__all__ = ["unclipped_fraction", "geometric_update", "AdaClip"]
+__all__ = ["COUNT_SENSITIVITY", "unclipped_fraction", "geometric_update", "AdaClip"]
 
 import math
 from typing import Sequence
@@ -35,9 +35,12 @@ from typing import Sequence
 import torch
 
 from dpbook import accounting, checks
-from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
+from dpbook.methods.base import GaussianNoise, MicroBatch, Release, ScaledSum
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, clip_factors
+
+COUNT_SENSITIVITY = 0.5
+"""One example moves the centred count ``sum_i (1[||g_i|| <= C] - 1/2)`` by at most 1/2 (added or removed)."""
 
 
 def unclipped_fraction(noisy_centred_count: float, B: float) -> float:
@@ -109,15 +112,15 @@ class AdaClip(ScaledSum):
         return clip_factors(norms, self.C)  # Clip(g, C_t)
 
     def sensitivity(self) -> float:
-        return self.C  # of the gradient sum; the centred count has sensitivity 1/2
+        return self.C  # of the gradient sum
 
-    def noise_std(self) -> float:
+    def releases(self) -> tuple[Release, ...]:
+        """The clipped sum at sigma_Delta, and the centred unclipped count (sensitivity 1/2) with noise std sigma_b,
+        i.e. multiplier 2 sigma_b: together DP-SGD at sigma (Andrew et al., Sec. 3)."""
         if self.sigma_delta is None:
             raise RuntimeError("AdaClip: sigma_b defaults to B/20, so bind() (done by the engine) must come first")
-        return self.sigma_delta * self.C
-
-    def noise_multiplier(self) -> float:
-        return self.sigma
+        return (Release("gradient", self.C, self.sigma_delta),
+                Release("unclipped count", COUNT_SENSITIVITY, self.sigma_b / COUNT_SENSITIVITY, in_gradient=False))
 
     # --- the step -----------------------------------------------------------------------------------
     def start(self, params: Sequence[torch.Tensor]) -> dict:
@@ -143,7 +146,8 @@ class AdaClip(ScaledSum):
         """b~: the centred unclipped count plus N(0, sigma_b^2), over the expected B, clamped (post-processing)."""
         centred = torch.tensor([int(acc["unclipped"]) - acc["n"] / 2], dtype=torch.float64,
                                device=noise.generator.device)
-        return unclipped_fraction(float((centred + noise.like(centred, self.sigma_b))[0]), self.B)
+        std = self.releases()[1].noise_std  # sigma_b
+        return unclipped_fraction(float((centred + noise.like(centred, std))[0]), self.B)
 
     def advance(self) -> None:
         super().advance()

@@ -26,7 +26,7 @@ class AutoS(ScaledSum):
 
     Example:
         >>> m = AutoS(sigma=1.1)
-        >>> m.gamma, m.sensitivity(), m.noise_std(), m.noise_multiplier()
+        >>> m.gamma, m.sensitivity(), m.releases()[0].noise_std, m.noise_multiplier()
         (0.01, 1.0, 1.1, 1.1)
         >>> m.weights(torch.tensor([0.0, 0.99, 9.99]))
         tensor([100.0000,   1.0000,   0.1000])
@@ -42,12 +42,6 @@ class AutoS(ScaledSum):
 
     def sensitivity(self) -> float:
         return 1.0
-
-    def noise_std(self) -> float:
-        return self.sigma
-
-    def noise_multiplier(self) -> float:
-        return self.sigma
 
     def diagnostics(self) -> dict[str, float]:
         return {"gamma": self.gamma}

@@ -10,10 +10,12 @@ A private step (``book/hygiene.md``, "One private step") is, for every method::
 
 and every method declares::
 
-    sensitivity()       the data-independent L2 bound of one example's contribution to the released sum,
-    noise_std()         the standard deviation of the Gaussian noise it actually adds to that sum,
-    noise_multiplier()  the multiplier the accountant must see for this step, kept apart from the noise added
-                        (DC-SGD adds sigma_T * C but is accounted at sigma; DPDR is accounted at sigma_eff),
+    releases()          what the coming step releases: one :class:`Release` per Gaussian release on the batch,
+                        each with its name, its data-independent L2 sensitivity and its noise multiplier (its
+                        noise std is their product). The first is the statistic the optimizer receives; DC-SGD
+                        adds its noisy histogram, AdaClip its noisy count, DPDR's decomposition steps their
+                        coefficient. The multiplier the accountant records for the step is derived from them
+                        (:meth:`Method.noise_multiplier`, the composition ``sigma_eff``), never declared apart,
     state_dict()        its state as tensors (thresholds, ranges, bases, momentum),
     diagnostics()       numbers for plots and logs that the privacy guarantee covers: released quantities
                         (thresholds, ranges, noisy counts, norms of the noisy release), anything computed only
@@ -33,16 +35,19 @@ from released noisy quantities and used from the next step on.
 from __future__ import annotations
 
 __all__ = [
-    "NONPRIVATE_PREFIX", "TRAINING_SET_METRICS", "is_nonprivate", "MicroBatch", "GaussianNoise", "Method",
-    "ScaledSum"
+    "NONPRIVATE_PREFIX", "TRAINING_SET_METRICS", "is_nonprivate", "MicroBatch", "GaussianNoise", "Release",
+    "gradient_sensitivity", "Method", "ScaledSum"
 ]
 
 import abc
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Sequence
 
 import torch
 
+from dpbook import checks
+from dpbook.accounting import sigma_eff
 from dpbook.per_sample import Grads, weighted_sum
 
 if TYPE_CHECKING:
@@ -118,6 +123,52 @@ class GaussianNoise:
         self.generator.set_state(state["generator"])
 
 
+@dataclass(frozen=True)
+class Release:
+    r"""One Gaussian release of a private step: a statistic of L2 sensitivity ``sensitivity`` (the most one example
+    can move it, whatever its data) plus i.i.d. noise of std ``noise_std = noise_multiplier * sensitivity``.
+
+    The multiplier is the declared number, the std follows from it, so the two cannot disagree. A multiplier of
+    ``math.inf`` means nothing is released (e.g. DC-SGD without a histogram). ``in_gradient`` says whether the
+    statistic is part of the noisy gradient the optimizer receives (False for DC-SGD's histogram and AdaClip's
+    count, which only move the next threshold).
+
+        >>> r = Release("gradient", sensitivity=0.5, noise_multiplier=2.0)
+        >>> r.noise_std
+        1.0
+        >>> Release("gradient", sensitivity=-1.0, noise_multiplier=1.0)
+        Traceback (most recent call last):
+            ...
+        ValueError: sensitivity of the release 'gradient' must be a finite number > 0, got -1.0
+    """
+
+    name: str
+    sensitivity: float
+    noise_multiplier: float
+    in_gradient: bool = True
+
+    def __post_init__(self):
+        checks.positive(f"sensitivity of the release {self.name!r}", self.sensitivity)
+        checks.non_negative(f"noise multiplier of the release {self.name!r}", self.noise_multiplier, allow_inf=True)
+
+    @property
+    def noise_std(self) -> float:
+        """The std of the noise added to each coordinate of the statistic."""
+        return self.noise_multiplier * self.sensitivity
+
+
+def gradient_sensitivity(releases: Sequence[Release]) -> float:
+    """The L2 bound of one example's effect on the noisy gradient the optimizer receives: the statistics that form it
+    are orthogonal parts of it (DPDR's orthogonal parts and coefficients), so their sensitivities add in quadrature.
+
+        >>> gradient_sensitivity([Release("orthogonal", 3.0, 1.0), Release("alpha", 4.0, 2.0)])
+        5.0
+        >>> gradient_sensitivity([Release("gradient", 0.5, 1.0), Release("histogram", 1.0, 5.0, in_gradient=False)])
+        0.5
+    """
+    return math.hypot(*(r.sensitivity for r in releases if r.in_gradient))
+
+
 class Method(abc.ABC):
     """Base class of every private-step method (see the module docstring for the protocol)."""
 
@@ -159,16 +210,14 @@ class Method(abc.ABC):
 
     # --- what the method declares -------------------------------------------------------------------
     @abc.abstractmethod
-    def sensitivity(self) -> float:
-        """L2 bound of one example's contribution to the released sum at the coming step."""
+    def releases(self) -> tuple[Release, ...]:
+        """The Gaussian releases of the coming step, the statistic the optimizer receives first."""
 
-    @abc.abstractmethod
-    def noise_std(self) -> float:
-        """Std of the Gaussian noise added to each coordinate of the released sum at the coming step."""
-
-    @abc.abstractmethod
     def noise_multiplier(self) -> float:
-        """The noise multiplier the accountant records for the coming step."""
+        """The multiplier the accountant records for the coming step, derived from :meth:`releases`: the releases
+        share one Poisson batch, so they are one subsampled Gaussian mechanism at ``sigma_eff`` of their
+        multipliers (privacy hygiene rule 4). No method overrides it."""
+        return sigma_eff(*(r.noise_multiplier for r in self.releases()))
 
     # --- the step -----------------------------------------------------------------------------------
     def start(self, params: Sequence[torch.Tensor]) -> dict:
@@ -211,11 +260,20 @@ class ScaledSum(Method):
     """The unified template of per-sample clipping and scaling (the DP-PSASC paper's Eqs. (1)-(6)).
 
     Every example contributes ``w(||g_i||) g_i`` with ``w(G) * G <= sensitivity()`` for every norm G, and the
-    release is ``sum_i w_i g_i + N(0, noise_std()^2 I)``. Subclasses define :meth:`weights` only. Norms and a
-    re-weighted sum are all it needs, so the engine never forms the per-sample gradients (Book-Keeping).
+    release is ``sum_i w_i g_i + N(0, (sigma * sensitivity())^2 I)``, one :class:`Release` named ``"gradient"``.
+    Subclasses define :meth:`weights` and :meth:`sensitivity` (and set ``self.sigma``). Norms and a re-weighted sum
+    are all it needs, so the engine never forms the per-sample gradients (Book-Keeping).
     """
 
     per_sample_vectors: ClassVar[bool] = False
+    sigma: float  # the gradient's noise multiplier
+
+    @abc.abstractmethod
+    def sensitivity(self) -> float:
+        """``sup_G w(G) * G``: the L2 bound of one example's weighted gradient at the coming step."""
+
+    def releases(self) -> tuple[Release, ...]:
+        return (Release("gradient", self.sensitivity(), self.sigma),)
 
     @abc.abstractmethod
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
@@ -227,7 +285,7 @@ class ScaledSum(Method):
         acc["n"] += mb.n
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = self.noise_std()
+        std = self.releases()[0].noise_std
         for s in acc["sum"]:  # in place: one parameter's noise at a time, no second copy of the model's size
             s.add_(noise.like(s, std))
         return acc["sum"]

@@ -9,9 +9,10 @@ Algorithm 1 (one step t, with the ids of the book's Readings chapter in brackets
     sigma_T = (sigma^-2 - sigma_H^-2)^(-1/2)                                       (Eq. 5, needs sigma_H > sigma)
 
 The gradient and the histogram are released on the same Poisson batch: one Gaussian mechanism on the rescaled
-pair, with noise multiplier exactly sigma (Theorem 2). So ``noise_multiplier()`` returns sigma (what the
-accountant sees) while the gradient gets ``noise_std() = sigma_T * C_t``. The new threshold and range are
-computed in ``release`` from the NOISY histogram only (post-processing) and take effect at the next step
+pair, with noise multiplier exactly sigma (Theorem 2). So the step declares two releases (``releases()``: the
+gradient at sigma_T, noise std ``sigma_T * C_t``, and the histogram at sigma_H), and the accountant sees their
+composition sigma_eff(sigma_T, sigma_H) = sigma (``noise_multiplier()``, up to rounding). The new threshold and
+range are computed in ``release`` from the NOISY histogram only (post-processing) and take effect at the next step
 (``advance``): re-clipping the current batch would break Theorem 2 and micro-batching (Sec. III-A).
 
 The threshold rules are plain functions of a histogram, so that the notebooks call exactly what the methods
@@ -76,7 +77,7 @@ import torch
 
 from dpbook import accounting, checks
 from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_histogram, noisy_total
-from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
+from dpbook.methods.base import GaussianNoise, MicroBatch, Release, ScaledSum
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, clip_factors
 
@@ -273,8 +274,6 @@ class DCSGD(ScaledSum):
     last released noisy histogram with the C and R it was built at (``last_release``).
     """
 
-    histogram_sensitivity = HISTOGRAM_SENSITIVITY  # Algorithm 2: one example moves one count by one
-
     @classmethod
     def from_plan(cls, plan, **hyperparameters) -> "DCSGD":
         """At the plan's sigma; sigma_H, unless given, follows :func:`run_sigma_H` (the paper's rule [DCSGD-38])."""
@@ -313,13 +312,14 @@ class DCSGD(ScaledSum):
         return clip_factors(norms, self.C)  # Clip(g, C_t)
 
     def sensitivity(self) -> float:
-        return self.C  # of the gradient sum; the histogram has sensitivity 1 (histogram_sensitivity)
+        return self.C  # of the gradient sum
 
-    def noise_std(self) -> float:
-        return self.sigma_T * self.C  # Alg. 1 l.8 [DCSGD-3]
-
-    def noise_multiplier(self) -> float:
-        return self.sigma  # Theorem 2: gradient + histogram cost exactly DP-SGD at sigma
+    def releases(self) -> tuple[Release, ...]:
+        """The clipped sum at sigma_T (Alg. 1 l.8 [DCSGD-3]) and the histogram at sigma_H (Alg. 2 l.5; one example
+        moves one count by one). Together they cost exactly DP-SGD at sigma (Theorem 2): sigma_eff(sigma_T, sigma_H)
+        = sigma, up to rounding."""
+        return (Release("gradient", self.C, self.sigma_T),
+                Release("histogram", HISTOGRAM_SENSITIVITY, self.sigma_H, in_gradient=False))
 
     # --- the step -----------------------------------------------------------------------------------
     def start(self, params: Sequence[torch.Tensor]) -> dict:
@@ -336,7 +336,7 @@ class DCSGD(ScaledSum):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         noisy_sum = super().release(acc, noise)  # Alg. 1 l.8: + N(0, sigma_T^2 C_t^2 I_d), drawn first
-        H = noisy_histogram(acc["H"], self.sigma_H, noise).cpu()  # Alg. 2 l.5, drawn second
+        H = noisy_histogram(acc["H"], self.releases()[1].noise_std, noise).cpu()  # Alg. 2 l.5, drawn second
         C_next, R_next, info = self.adapt(H.numpy())  # Alg. 1 l.11: post-processing of H~ only
         C_next, R_next = max(C_next, self.min_threshold), max(R_next, self.min_threshold)
         self.last_release = {"H": H, "C": self.C, "R": self.R}
@@ -392,8 +392,10 @@ class DCSGDP(DCSGD):
 
     Example:
         >>> m = DCSGDP(sigma=1.0, p=0.5)
-        >>> round(m.noise_std(), 4), m.noise_multiplier(), m.R   # sigma_T * C_0; the accountant sees sigma
-        (1.0206, 1.0, 1.0)
+        >>> [(r.name, r.sensitivity, round(r.noise_std, 4)) for r in m.releases()]   # sigma_T * C_0, sigma_H
+        [('gradient', 1.0, 1.0206), ('histogram', 1.0, 5.0)]
+        >>> m.noise_multiplier(), m.R   # the accountant sees sigma_eff(sigma_T, sigma_H) = sigma
+        (1.0, 1.0)
         >>> m.adapt(np.array([0.0, 3, 5, 2] + [0] * 16))[:2]       # the median lies in bin 2 of [0, 1)
         (0.125, 0.25)
     """

@@ -48,8 +48,8 @@ from typing import Sequence
 import torch
 
 from dpbook import checks
-from dpbook.accounting import calibrate_scale, epsilon_of_history
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.accounting import calibrate, epsilon_of_history
+from dpbook.methods.base import GaussianNoise, Method, MicroBatch, Release
 from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors, flat_norms, weighted_sum
@@ -67,6 +67,7 @@ class _DifferenceMethod(Method):
         self.C_d = checks.positive("C_d (clipping bound of the differences)", C_d)
         self.C_g = self.C_d if C_g is None else checks.positive("C_g (DP-SGD clipping bound)", C_g)
         self.sigma = checks.non_negative("sigma (noise multiplier)", sigma)
+        self.sigma_restart = self.sigma  # the restart steps' multiplier (DIFF2 may set its own)
         self.previous: list[torch.Tensor] = []
         self._diagnostics: dict[str, float] = {}
 
@@ -83,14 +84,12 @@ class _DifferenceMethod(Method):
         super().bind(params, expected_batch_size=expected_batch_size)
         self.previous = [torch.zeros_like(p, memory_format=torch.contiguous_format).detach() for p in params]
 
-    def sensitivity(self) -> float:
-        return self.C_g if self.is_restart() else self.C_d
-
-    def noise_std(self) -> float:
-        return self.noise_multiplier() * self.sensitivity()
-
-    def noise_multiplier(self) -> float:
-        return self.sigma
+    def releases(self) -> tuple[Release, ...]:
+        """One release: DP-SGD's clipped sum (C_g, at ``sigma_restart``) on a restart step, the clipped differences
+        (C_d, at ``sigma``) otherwise."""
+        if self.is_restart():
+            return (Release("gradient", self.C_g, self.sigma_restart),)
+        return (Release("difference", self.C_d, self.sigma),)
 
     def start(self, params: Sequence[torch.Tensor]) -> dict:
         return {"sum": [torch.zeros_like(p) for p in params], "n": 0, "norm": 0.0, "difference": 0.0, "clipped": 0}
@@ -106,7 +105,7 @@ class _DifferenceMethod(Method):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         restart = self.is_restart()
-        std = self.noise_std()
+        std = self.releases()[0].noise_std
         noisy = [s + noise.like(s, std) for s in acc["sum"]]
         released = noisy if restart else [s + self.B * v for s, v in zip(noisy, self.previous)]  # + B g~_{t-1}
         self.previous = [r / self.B for r in released]  # the released gradient, as the optimizer sees it
@@ -157,11 +156,11 @@ class DIFF(_DifferenceMethod):
     >>> method = DIFF(C_d=0.5, sigma=1.0, C_g=1.0)
     >>> opt = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=0.1,
     ...                   expected_batch_size=4)
-    >>> method.sensitivity()  # step 1 is DP-SGD
-    1.0
+    >>> method.releases()  # step 1 is DP-SGD
+    (Release(name='gradient', sensitivity=1.0, noise_multiplier=1.0, in_gradient=True),)
     >>> _ = opt.step(torch.randn(4, 3), torch.randint(0, 2, (4,)))
-    >>> method.sensitivity(), opt.ledger.history
-    (0.5, [(1.0, 0.1, 1)])
+    >>> method.releases(), opt.ledger.history
+    ((Release(name='difference', sensitivity=0.5, noise_multiplier=1.0, in_gradient=True),), [(1.0, 0.1, 1)])
     """
 
     def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None):
@@ -238,7 +237,7 @@ class DIFF2(_DifferenceMethod):
         r"""DIFF2 spending what ``plan`` charges one run, with ``sigma_restart = restart_noise_ratio * sigma``.
 
         A ratio of 1 is DP-SGD's history: ``sigma = plan.sigma``. Otherwise sigma is calibrated
-        (:func:`dpbook.accounting.calibrate_scale`) so that the run's exact history (:func:`diff2_history`), composed
+        (:func:`dpbook.accounting.calibrate`) so that the run's exact history (:func:`diff2_history`), composed
         as the plan's protocol charges it, spends at most the plan's budget. A ratio below 1 gives the restarts,
         which carry the whole gradient, less noise and the differences more.
 
@@ -259,7 +258,8 @@ class DIFF2(_DifferenceMethod):
                                     sample_rate=plan.sample_rate, steps=plan.steps)
             return epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, accountant=plan.accountant)
 
-        sigma = calibrate_scale(epsilon_at, target, name="sigma (DIFF2's difference steps)")
+        sigma = calibrate(epsilon_at, target, epsilon_tolerance=1e-4, name="sigma (DIFF2's difference steps)",
+                          fix="Use a larger restart_noise_ratio or a larger target_epsilon.")
         return cls(sigma=sigma, sigma_restart=ratio * sigma, **hyperparameters)
 
     def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None, restart_every: int | None = 50,
@@ -269,9 +269,6 @@ class DIFF2(_DifferenceMethod):
         self.sigma_restart = self.sigma if sigma_restart is None else checks.non_negative(
             "sigma_restart (noise multiplier of the restart steps)", sigma_restart)
         self.w_previous: list[torch.Tensor] = []
-
-    def noise_multiplier(self) -> float:
-        return self.sigma_restart if self.is_restart() else self.sigma
 
     def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
         super().bind(params, expected_batch_size=expected_batch_size)

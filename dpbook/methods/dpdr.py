@@ -53,8 +53,8 @@ from typing import Sequence
 import torch
 
 from dpbook import checks
-from dpbook.accounting import calibrate_scale, epsilon_of_history, sigma_eff
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.accounting import calibrate, epsilon_of_history, sigma_eff
+from dpbook.methods.base import GaussianNoise, Method, MicroBatch, Release
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, clip_factors, weighted_sum
 
@@ -161,11 +161,11 @@ class DPDR(Method):
         C_g, sigma_g: DP-SGD's clipping bound and noise multiplier for step 1 and the steps after ``s``.
         s: the last GDR step (default 50, the paper's best, Fig. 6); ``s = 1`` is plain DP-SGD.
 
-    What the accountant sees (:meth:`noise_multiplier`): ``sigma_g`` on DP-SGD steps and
-    ``sigma_eff(sigma_perp, sigma_alpha)`` on GDR steps (privacy hygiene rule 4). On a GDR step one example contributes
-    ``e_i a_i^(l) b^(l) + c_i p_i^(l)`` per layer, two orthogonal parts, so :meth:`sensitivity` is
-    ``sqrt(C_perp^2 + C_alpha^2)``; :meth:`noise_std` is the isotropic part ``sigma_perp C_perp``, and the
-    ``alpha`` noise ``sigma_alpha C_alpha`` lies along each ``b^(l)`` only.
+    What a step releases (:meth:`releases`): DP-SGD's sum (``C_g``, ``sigma_g``) on DP-SGD steps; on GDR steps the
+    orthogonal parts (``C_perp``, isotropic noise ``sigma_perp C_perp``) and the coefficients (``C_alpha``, noise
+    ``sigma_alpha C_alpha`` along each ``b^(l)`` only). One example contributes ``e_i a_i^(l) b^(l) + c_i p_i^(l)``
+    per layer, two orthogonal parts of norms at most C_alpha and C_perp. The accountant sees ``sigma_g``, and
+    ``sigma_eff(sigma_perp, sigma_alpha)`` on GDR steps (privacy hygiene rule 4).
 
     State (:meth:`state_dict`): ``t``, the base ``b`` (one unit tensor per layer) and ``released_norms`` (the layer
     norms of the previous released gradient, divided by B; for the DIFF-residual diagnostic).
@@ -183,8 +183,8 @@ class DPDR(Method):
     ...     _ = opt.step(torch.randn(4, 3), torch.randint(0, 2, (4,)))
     >>> [(round(sigma, 4), steps) for sigma, _, steps in opt.ledger.history]
     [(1.1, 1), (0.8944, 2), (1.1, 2)]
-    >>> round(method.sensitivity(), 4), method.noise_multiplier()
-    (1.0, 1.1)
+    >>> method.releases(), method.noise_multiplier()
+    ((Release(name='gradient', sensitivity=1.0, noise_multiplier=1.1, in_gradient=True),), 1.1)
     """
 
     @classmethod
@@ -244,14 +244,13 @@ class DPDR(Method):
         self._tau = rounding_slack(params[0].dtype, max(p.numel() for p in params))
 
     # --- declarations -------------------------------------------------------------------------------------------
-    def sensitivity(self) -> float:
-        return math.hypot(self.C_perp, self.C_alpha) if self.is_gdr_step() else self.C_g
-
-    def noise_std(self) -> float:
-        return self.sigma_perp * self.C_perp if self.is_gdr_step() else self.sigma_g * self.C_g
-
-    def noise_multiplier(self) -> float:
-        return sigma_eff(self.sigma_perp, self.sigma_alpha) if self.is_gdr_step() else self.sigma_g
+    def releases(self) -> tuple[Release, ...]:
+        """DP-SGD's clipped sum on steps 1 and > s; on a GDR step the orthogonal parts (C_perp, sigma_perp) and the
+        coefficients alpha (C_alpha, sigma_alpha), accounted together at sigma_eff (privacy hygiene rule 4)."""
+        if self.is_gdr_step():
+            return (Release("orthogonal", self.C_perp, self.sigma_perp),
+                    Release("alpha", self.C_alpha, self.sigma_alpha))
+        return (Release("gradient", self.C_g, self.sigma_g),)
 
     # --- the step -----------------------------------------------------------------------------------------------
     def start(self, params: Sequence[torch.Tensor]) -> dict:
@@ -283,13 +282,14 @@ class DPDR(Method):
             total.add_(part)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        std = [r.noise_std for r in self.releases()]
         if self.is_gdr_step():
             P = [s - ca * b for s, ca, b in zip(acc["sum"], acc["ca"], self.b)]   # sum_i c_i p_i^(l)
-            g_perp = [p + noise.like(p, self.sigma_perp * self.C_perp) for p in P]
-            alpha = acc["A"] + noise.like(acc["A"], self.sigma_alpha * self.C_alpha)
+            g_perp = [p + noise.like(p, std[0]) for p in P]                     # sigma_perp C_perp
+            alpha = acc["A"] + noise.like(acc["A"], std[1])                     # sigma_alpha C_alpha
             released = [al * b + gp for al, b, gp in zip(alpha, self.b, g_perp)]  # g~ = alpha~ b + g~_perp
         else:
-            released = [s + noise.like(s, self.sigma_g * self.C_g) for s in acc["sum"]]
+            released = [s + noise.like(s, std[0]) for s in acc["sum"]]          # sigma_g C_g
         self._record_diagnostics(acc, released)
         if self.step < self.s:  # the next step is a GDR step: its base is this release (post-processing) [DPDR-8]
             self.b = unit_directions(released)
@@ -380,10 +380,10 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
     r"""The sigma_g that makes a DPDR run cost ``target_epsilon`` for its exact heterogeneous history.
 
     Given the GDR noise (sigma_perp, sigma_alpha), the schedule (s, T = ``steps``) and q, search sigma_g until
-    ``target_epsilon - epsilon_tolerance <= epsilon(dpdr_history(...)) <= target_epsilon``: a bracket by doubling or
-    halving from 1, then regula falsi on ``log epsilon`` (Illinois variant, with bisection as fallback), about ten
-    evaluations of the accountant. epsilon decreases as sigma_g grows, towards the cost of the ``s - 1`` GDR steps
-    alone (sigma_g = inf); if that cost already reaches the target, no sigma_g can work and a ValueError says so.
+    ``target_epsilon - epsilon_tolerance <= epsilon(dpdr_history(...)) <= target_epsilon``, with the library's one
+    calibration (:func:`dpbook.accounting.calibrate`). epsilon decreases as sigma_g grows, towards the cost of the
+    ``s - 1`` GDR steps alone (sigma_g = inf); if that cost already reaches the target, no sigma_g can work and a
+    ValueError says so.
 
     ``runs`` composes that many copies of the history (an RDP-charged search of ``runs`` DPDR trainings).
 
@@ -419,4 +419,5 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
             f"alone already cost epsilon = {floor:.4g} (q={sample_rate!r}, delta={delta!r}, {accountant!r}). "
             f"Use larger sigma_perp or sigma_alpha, a smaller s, or a larger target_epsilon.")
 
-    return calibrate_scale(eps, target, epsilon_tolerance=tol, name="sigma_g")
+    return calibrate(eps, target, epsilon_tolerance=tol, name="sigma_g",
+                     fix="Use larger sigma_perp or sigma_alpha, a smaller s, or a larger target_epsilon.")

@@ -24,8 +24,8 @@ class DPSGD(ScaledSum):
 
     Example:
         >>> m = DPSGD(C=1.0, sigma=1.1)
-        >>> m.sensitivity(), m.noise_std(), m.noise_multiplier()
-        (1.0, 1.1, 1.1)
+        >>> m.releases(), m.noise_multiplier()
+        ((Release(name='gradient', sensitivity=1.0, noise_multiplier=1.1, in_gradient=True),), 1.1)
         >>> m.weights(torch.tensor([0.0, 0.5, 4.0]))
         tensor([1.0000, 1.0000, 0.2500])
     """
@@ -40,12 +40,6 @@ class DPSGD(ScaledSum):
 
     def sensitivity(self) -> float:
         return self.C
-
-    def noise_std(self) -> float:
-        return self.sigma * self.C
-
-    def noise_multiplier(self) -> float:
-        return self.sigma
 
     def diagnostics(self) -> dict[str, float]:
         return {"C": self.C}

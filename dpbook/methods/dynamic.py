@@ -49,7 +49,7 @@ class DynamicClipping(DPSGD):
 
     Example:
         >>> m = DynamicClipping(sigma=1.0, C_0=1.0, rho_C=0.5, T=100)
-        >>> m.C, m.noise_std()
+        >>> m.C, m.releases()[0].noise_std
         (1.0, 1.0)
         >>> for _ in range(50):
         ...     m.advance()

@@ -50,7 +50,7 @@ class PSAC(ScaledSum):
 
     Example:
         >>> m = PSAC(C=0.3, r=1e-4, sigma=1.0)
-        >>> m.sensitivity(), m.noise_std(), m.noise_multiplier()
+        >>> m.sensitivity(), m.releases()[0].noise_std, m.noise_multiplier()
         (0.3, 0.3, 1.0)
         >>> m.weights(torch.tensor([0.0, 0.0099, 1e6], dtype=torch.float64))
         tensor([3.0000e-01, 1.5075e+01, 3.0000e-07], dtype=torch.float64)
@@ -69,12 +69,6 @@ class PSAC(ScaledSum):
     def sensitivity(self) -> float:
         return self.C  # sup_x x * w(x), approached as ||g|| -> infinity, never attained
 
-    def noise_std(self) -> float:
-        return self.sigma * self.sensitivity()
-
-    def noise_multiplier(self) -> float:
-        return self.sigma
-
     def diagnostics(self) -> dict[str, float]:
         return {"C": self.C, "r": self.r}
 
@@ -88,7 +82,7 @@ class PSASC(PSAC):
 
     Example:
         >>> m = PSASC(C=0.2, r=1e-4, s=0.8, sigma=1.5)
-        >>> m.sensitivity(), m.noise_std(), m.noise_multiplier()
+        >>> m.sensitivity(), m.releases()[0].noise_std, m.noise_multiplier()
         (0.25, 0.375, 1.5)
         >>> m.weights(torch.tensor([0.0, 1e6], dtype=torch.float64))
         tensor([2.0000e-01, 2.5000e-07], dtype=torch.float64)
@@ -145,7 +139,7 @@ class PSASCMomentum(PSASC):
 
     Example:
         >>> m = PSASCMomentum(C=0.3, r=1e-4, s=0.9, sigma=1.0, K0=2, gamma0=0.5, gamma1=0.1)
-        >>> round(m.sensitivity(), 4), round(m.noise_std(), 4), m.noise_multiplier()
+        >>> round(m.sensitivity(), 4), round(m.releases()[0].noise_std, 4), m.noise_multiplier()
         (0.3333, 0.3333, 1.0)
     """
 

@@ -61,7 +61,7 @@ mix-up of two examples' states (which would break the sensitivity bound).
     >>> torch.manual_seed(0) and None
     >>> model = nn.Linear(3, 2)
     >>> method = PSASCMomentumGD(C=0.3, r=1e-3, s=0.5, sigma=2.0, gamma=0.25)
-    >>> round(method.sensitivity(), 6), round(method.noise_std(), 6), method.noise_multiplier()
+    >>> round(method.sensitivity(), 6), round(method.releases()[0].noise_std, 6), method.noise_multiplier()
     (0.6, 1.2, 2.0)
     >>> N = 6  # full batch: sample rate 1, expected batch size N
     >>> engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=1.0,
