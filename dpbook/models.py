@@ -20,7 +20,9 @@ name                   model                                          parameters
 ``digits_mlp``         one-hidden-layer MLP for 1x8x8 digits (ours)   2,410        CPU experiments on digits
 =====================  =============================================  ===========  ==============================
 
-Counts are for 10 classes and the default options. :func:`build_model` builds any of them by name.
+Counts are for 10 classes and the default options. The registry :data:`MODELS` also holds the text models of
+:mod:`dpbook.text` (``char_lstm`` for NAMES, ``bert_base`` for QNLI), and :func:`build_model` builds any of them by
+name, sized for a task when given one.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ __all__ = [
     "Standardize", "linear_classifier", "MODELS", "build_model"
 ]
 
+import inspect
 import math
 from collections import OrderedDict
 from typing import Callable
 
 import torch
 from torch import nn
+
+from dpbook import checks, text
 
 # ---------------------------------------------------------------------------------------------------------------
 # Normalisation helpers
@@ -468,18 +473,38 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "linear_classifier": linear_classifier,
     "digits_cnn": digits_cnn,
     "digits_mlp": digits_mlp,
+    "char_lstm": text.char_lstm,
+    "bert_base": text.bert_classifier,
 }
-"""Name -> builder, for :func:`build_model`."""
+"""Name -> builder, for :func:`build_model`: the one model registry of the library."""
 
 
-def build_model(name: str, **kwargs) -> nn.Module:
+def build_model(name: str, *, sized_for=None, **kwargs) -> nn.Module:
     """Build the model registered as ``name`` (case-insensitive) with the builder's keyword options.
+
+    ``sized_for`` (a :class:`dpbook.tasks.Task`) sizes it for a task: of the number of classes (``num_classes``,
+    ``num_labels``), the input channels or features (``in_channels``, ``in_features``: the first dimension of one
+    example) and, for character tasks, the vocabulary (``vocab_size``), the builder gets those it takes.
 
     Example:
         >>> count_parameters(build_model("digits_cnn", num_classes=3))
         5187
+        >>> from dpbook.tasks import TASKS
+        >>> build_model("resnet9", sized_for=TASKS["celeba"])(torch.zeros(1, 3, 32, 32)).shape
+        torch.Size([1, 2])
+        >>> build_model("resnet-9")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+            ...
+        ValueError: unknown model 'resnet-9' (did you mean 'resnet9'?); valid: mnist_cnn, ...
     """
     key = name.lower()
-    if key not in MODELS:
-        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODELS)}")
-    return MODELS[key](**kwargs)
+    checks.one_of("model", key, MODELS)
+    builder = MODELS[key]
+    if sized_for is not None:
+        offered = {"num_classes": sized_for.classes, "num_labels": sized_for.classes,
+                   "in_channels": sized_for.shape[0], "in_features": sized_for.shape[0]}
+        if sized_for.kind == "tokens":
+            offered["vocab_size"] = sized_for.vocab
+        accepted = inspect.signature(builder).parameters
+        kwargs = {k: v for k, v in offered.items() if k in accepted} | kwargs
+    return builder(**kwargs)

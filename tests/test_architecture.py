@@ -79,3 +79,59 @@ def test_the_checker_finds_a_cycle_and_a_deferred_import(tmp_path):
     assert graph["dpbook.a"] == {"dpbook.repro.b"} and graph["dpbook.repro.b"] == {"dpbook.a"}
     assert set(cycle(graph)) == {"dpbook.a", "dpbook.repro.b"}
     assert any(is_repro(dep) for dep in graph["dpbook.a"])  # the core module a leaks into the repro layer
+
+
+# --- nothing writes into the library's state from outside ----------------------------------------------------------
+
+def dpbook_names(tree: ast.AST) -> set[str]:
+    """The local names a file binds to dpbook modules and objects (``import dpbook.x as m``, ``from dpbook.x import
+    A``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("dpbook"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dpbook") and node.level == 0:
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def writes_into(tree: ast.AST, names: set[str]) -> list[str]:
+    """Assignments whose target is an attribute or item of one of ``names`` (``module.TABLE[k] = v``, ``A.x = v``)."""
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            root = target
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if root is not target and isinstance(root, ast.Name) and root.id in names:
+                found.append(ast.unparse(target))
+    return found
+
+
+def notebook_code(path: Path) -> str:
+    import json
+
+    cells = json.loads(path.read_text())["cells"]
+    lines = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    return "\n".join("\n".join(line for line in cell.splitlines() if not line.lstrip().startswith(("%", "!")))
+                     for cell in lines)
+
+
+def test_no_notebook_or_module_assigns_into_library_state():
+    """A registry is read, never patched: no notebook and no dpbook module assigns into an imported dpbook module or
+    object (the DC-SGD chapter once wrote NAMES's size into ``reproduce.TRAIN_SIZES``)."""
+    sources = {p.name: notebook_code(p) for p in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))}
+    sources |= {module_name(p): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+    offences = {}
+    for name, source in sources.items():
+        tree = ast.parse(source)
+        if found := writes_into(tree, dpbook_names(tree)):
+            offences[name] = found
+    assert not offences
+
+
+def test_the_state_check_finds_a_planted_write():
+    tree = ast.parse("from dpbook.repro import reproduce\nreproduce.TRAIN_SIZES['names'] = 1\nx = {}\nx['a'] = 2\n")
+    assert writes_into(tree, dpbook_names(tree)) == ["reproduce.TRAIN_SIZES['names']"]

@@ -56,7 +56,8 @@ IMAGE_MODELS = {  # name -> (builder, input shape, examples: over 16 where the g
 
 
 def test_every_registered_model_is_covered():
-    assert set(models.MODELS) <= {name.split("-")[0] for name in IMAGE_MODELS}
+    text_models = {"char_lstm", "bert_base"}  # tests/test_text.py
+    assert set(models.MODELS) - text_models <= {name.split("-")[0] for name in IMAGE_MODELS}
 
 
 @pytest.mark.parametrize("name", sorted(IMAGE_MODELS))

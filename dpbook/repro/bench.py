@@ -43,6 +43,7 @@ from dpbook import models
 from dpbook.io import atomic_write_json, resumable
 from dpbook.methods import make_method
 from dpbook.optim import DPOptimizer
+from dpbook.tasks import TASKS
 
 loss_fn = nn.functional.cross_entropy
 
@@ -82,26 +83,34 @@ def _bert_head() -> nn.Module:
 class Setting:
     label: str
     build: Callable[[], nn.Module]
-    input_shape: tuple[int, ...]
-    classes: int
+    task: str  # the task registry's dataset: classes, and the training-set size N (the sample rate is B / N)
     batch_sizes: tuple[int, ...]
     micro_batch: int | None  # every contender's physical batch (None: the logical batch at once)
-    N: int  # training-set size: the sample rate is B / N
+    input_shape: tuple[int, ...] | None = None  # one example's input (None: the task's)
     repeats: int = 7  # interleaved rounds (fewer for the models whose steps take seconds)
 
     def micro(self, B: int) -> int | None:
         return None if self.micro_batch is None or self.micro_batch >= B else self.micro_batch
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.input_shape or TASKS[self.task].shape
+
+    @property
+    def classes(self) -> int:
+        return TASKS[self.task].classes
+
+    @property
+    def N(self) -> int:
+        return TASKS[self.task].train_size
+
 
 SETTINGS = {
-    "mnist_cnn": Setting("MNIST CNN (26,010 parameters)", models.mnist_cnn, (1, 28, 28), 10, (64, 256, 1024), None,
-                         60_000),
-    "cifar10_cnn": Setting("CIFAR-10 CNN (550,570)", models.cifar10_cnn, (3, 32, 32), 10, (64, 256, 1024), None,
-                           50_000),
-    "resnet18_gn": Setting("ResNet18-GN, 32x32 (11.2M)", models.resnet18_gn, (3, 32, 32), 10, (64, 256), 64, 50_000,
-                           repeats=3),
-    "bert_head": Setting("BERT-base head, 128 tokens (7.7M)", _bert_head, (128, 768), 2, (64, 256), 64, 104_743,
-                         repeats=3),
+    "mnist_cnn": Setting("MNIST CNN (26,010 parameters)", models.mnist_cnn, "mnist", (64, 256, 1024), None),
+    "cifar10_cnn": Setting("CIFAR-10 CNN (550,570)", models.cifar10_cnn, "cifar10", (64, 256, 1024), None),
+    "resnet18_gn": Setting("ResNet18-GN, 32x32 (11.2M)", models.resnet18_gn, "cifar10", (64, 256), 64, repeats=3),
+    "bert_head": Setting("BERT-base head, 128 tokens (7.7M)", _bert_head, "qnli", (64, 256), 64,
+                         input_shape=(128, 768), repeats=3),  # the head's input: the frozen layers' hidden states
 }
 
 CONTENDERS = ("non-private", "dpbook book-keeping", "dpbook vmap", "Opacus hooks", "Opacus ghost")
@@ -109,7 +118,7 @@ CONTENDERS = ("non-private", "dpbook book-keeping", "dpbook vmap", "Opacus hooks
 
 def batch(setting: Setting, B: int, device, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(B, *setting.input_shape, generator=g)
+    x = torch.randn(B, *setting.shape, generator=g)
     return x.to(device), torch.randint(0, setting.classes, (B,), generator=g).to(device)
 
 

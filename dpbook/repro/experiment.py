@@ -33,7 +33,7 @@ True
 from __future__ import annotations
 
 __all__ = [
-    "OPTIMIZERS", "Task", "TASKS", "Experiment", "TASK_MODELS", "method_hyperparameters", "smoke_data",
+    "OPTIMIZERS", "Experiment", "method_hyperparameters", "smoke_data",
     "load_task_data", "build_task_model", "make_optimizer", "resolve_device", "plan_of", "check_spent",
     "run_experiment"
 ]
@@ -55,47 +55,12 @@ from dpbook import accounting, checks, data, io, models, text
 from dpbook.methods import METHODS
 from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
 from dpbook.repro import params, results
+from dpbook.tasks import TASKS, Task
 from dpbook.train import StaleCheckpointError, Trainer
 from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
 
 OPTIMIZERS = ("adam", "sgd", "sgd-momentum")
 """``"adam"``: PyTorch defaults except the learning rate; ``"sgd"``: plain SGD; ``"sgd-momentum"``: momentum 0.9."""
-
-
-@dataclass(frozen=True)
-class Task:
-    """What a dataset looks like: one example's shape, the classes, and what kind of input it is.
-
-    ``kind`` is ``"image"``, ``"features"`` (a vector), ``"tokens"`` (int64 character ids below ``vocab``) or
-    ``"pairs"`` (a sentence pair as (3, L) int64: token ids below ``vocab``, token types, attention mask).
-    ``smoke_sizes`` are the train/test sizes of the generated stand-in used when ``smoke=True``, which has
-    ``smoke_shape`` (default: ``shape``) and, for text, ids below ``smoke_vocab`` (the tiny BERT's vocabulary).
-    """
-
-    shape: tuple[int, ...]
-    classes: int
-    kind: str = "image"
-    vocab: int = 0
-    smoke_sizes: tuple[int, int] = (96, 48)
-    smoke_shape: tuple[int, ...] | None = None
-    smoke_vocab: int | None = None
-
-
-TASKS: dict[str, Task] = {
-    "digits": Task((1, 8, 8), 10),
-    "mnist5k": Task((1, 28, 28), 10),
-    "mnist": Task((1, 28, 28), 10),
-    "fashionmnist": Task((1, 28, 28), 10),
-    "cifar10": Task((3, 32, 32), 10, smoke_sizes=(32, 16)),
-    "svhn": Task((3, 32, 32), 10, smoke_sizes=(32, 16)),
-    "celeba": Task((3, 32, 32), 2, smoke_sizes=(32, 16)),
-    "imagenette": Task((3, 64, 64), 10, smoke_sizes=(16, 8), smoke_shape=(3, 32, 32)),
-    "cifar10-simclr": Task((4096,), 10, kind="features"),
-    "names": Task((19,), 18, kind="tokens", vocab=text.NAMES_VOCAB_SIZE),
-    "qnli": Task((3, 128), 2, kind="pairs", vocab=30522, smoke_sizes=(32, 16), smoke_shape=(3, 16),
-                 smoke_vocab=100),
-}
-"""The datasets a reproduction can name. Shapes are those of the loaders' tensors (:mod:`dpbook.data`)."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +94,11 @@ class Experiment:
 
     def __post_init__(self):
         checks.one_of("dataset", self.dataset, TASKS)
-        checks.one_of("model", self.model.lower(), TASK_MODELS)
+        checks.one_of("model", self.model.lower(), models.MODELS)
         checks.one_of("method", self.method, sorted(METHODS))
         accounting.check_accountant(self.accountant)
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+        checks.one_of("optimizer", self.optimizer, OPTIMIZERS)
+        checks.one_of("protocol", self.protocol, PROTOCOLS)
         checks.positive("epsilon", self.epsilon)
         if self.delta is not None:
             checks.open_unit("delta", self.delta, "None means 1/N")
@@ -173,8 +136,6 @@ class Experiment:
         return dataclasses.replace(self, **changes)
 
 
-TASK_MODELS = [*models.MODELS, "char_lstm", "bert_base"]
-"""The model names an experiment can name: the registry of :mod:`dpbook.models` and the text models."""
 
 
 def method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -250,18 +211,8 @@ def load_task_data(exp: Experiment, *, root: str | Path = data.DEFAULT_ROOT, dow
 
     Raises :class:`dpbook.data.DatasetNotFoundError` (with where to put the files) when a dataset is missing.
     """
-    if exp.smoke:
-        splits = smoke_data(TASKS[exp.dataset])
-    elif exp.dataset == "digits":
-        splits = data.load_digits()
-    elif exp.dataset == "mnist5k":
-        splits = data.load_mnist5k()
-    elif exp.dataset == "names":
-        splits = text.load_names(root)
-    elif exp.dataset == "qnli":
-        splits = text.load_qnli(root)
-    else:
-        splits = data.load_tensors(exp.dataset, root=root, download=download)
+    task = TASKS[exp.dataset]
+    splits = smoke_data(task) if exp.smoke else task.load(Path(root), download)
     if exp.train_size is not None and exp.train_size < len(splits.x_train):
         keep = torch.randperm(len(splits.x_train), generator=torch.Generator().manual_seed(0))[:exp.train_size]
         keep = keep.sort().values
@@ -270,18 +221,12 @@ def load_task_data(exp: Experiment, *, root: str | Path = data.DEFAULT_ROOT, dow
 
 
 def build_task_model(exp: Experiment) -> torch.nn.Module:
-    """The experiment's model, sized for its task (classes, channels, features) where the builder takes it."""
+    """The experiment's model from the registry (:func:`dpbook.models.build_model`), sized for its task; a smoke
+    run's BERT is a tiny random ``BertConfig`` (no download)."""
     task = TASKS[exp.dataset]
-    if exp.model == "bert_base":  # the smoke stand-in: a tiny random BertConfig, no download
-        config = text.tiny_bert_config(task.smoke_vocab) if exp.smoke else None
-        return text.bert_classifier(config=config, num_labels=task.classes)
-    builder = {**models.MODELS, "char_lstm": text.char_lstm}.get(exp.model.lower())
-    if builder is None:
-        raise ValueError(f"unknown model {exp.model!r}; valid names: {', '.join(models.MODELS)}, char_lstm, "
-                         f"bert_base")
-    accepted = inspect.signature(builder).parameters
-    offered = {"num_classes": task.classes, "in_channels": task.shape[0], "in_features": task.shape[0]}
-    return builder(**{k: v for k, v in offered.items() if k in accepted})
+    smoke_bert = exp.smoke and exp.model.lower() == "bert_base"
+    extra = {"config": text.tiny_bert_config(task.smoke_vocab)} if smoke_bert else {}
+    return models.build_model(exp.model, sized_for=task, **extra)
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:

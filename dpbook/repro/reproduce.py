@@ -25,12 +25,11 @@ cannot run at that noise (Andrew et al. need 2 sigma_b > sigma), is reported wit
 from __future__ import annotations
 
 __all__ = [
-    "REP_SEED", "TRAIN_SIZES", "STAND_INS", "stand_in", "stand_in_note", "training_size", "plan", "check_feasible",
+    "REP_SEED", "STAND_INS", "measured_size", "stand_in", "stand_in_note", "training_size", "plan", "check_feasible",
     "RUN_FIELDS", "search", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run", "cell_runs",
     "summarise", "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
 ]
 
-import functools
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -39,17 +38,12 @@ import torch
 from dpbook import data
 from dpbook.methods import METHODS
 from dpbook.repro import results
-from dpbook.repro.experiment import TASKS, Experiment, load_task_data, plan_of
+from dpbook.repro.experiment import Experiment, load_task_data, plan_of
 from dpbook.repro.sweep import run_all
+from dpbook.tasks import TASKS
 from dpbook.tuning import TuningPlan, search_schedule
 
 REP_SEED = 100_000  # base seed of search r is r * REP_SEED
-
-#: Training-set sizes of the real datasets (standard splits), so that a search is planned without loading data.
-TRAIN_SIZES = {"digits": 1437, "mnist5k": data.MNIST5K_SPLIT[0], "mnist": 60_000, "fashionmnist": 60_000,
-               "cifar10": 50_000, "svhn": 73_257,
-               "celeba": 162_770, "imagenette": 9_469, "cifar10-simclr": 50_000, "qnli": 104_743}
-
 
 #: Offline stand-ins: a paper's dataset -> a dataset of the same shape and classes that ships with the book, which
 #: a reproduction chapter can train that dataset's cells on (``stand_ins=True``) where the real one cannot be had.
@@ -76,19 +70,30 @@ def stand_in_note(used: bool) -> str:
 
 
 def training_size(exp: Experiment) -> int:
-    """N of the experiment's training set (smoke: the stand-in's; ``train_size`` when it subsamples)."""
+    """N of the experiment's training set, so that a search is planned without loading data: the task registry's
+    (:data:`dpbook.tasks.TASKS`), the stand-in's for a smoke run, ``train_size`` when it subsamples, and
+    :func:`measured_size` where the registry cannot know it (NAMES)."""
+    task = TASKS[exp.dataset]
     if exp.smoke:
-        N = TASKS[exp.dataset].smoke_sizes[0]
-    elif exp.dataset in TRAIN_SIZES:
-        N = TRAIN_SIZES[exp.dataset]
-    else:  # NAMES: the size depends on the split; load it
-        N = len(_loaded_size(exp.dataset))
+        N = task.smoke_sizes[0]
+    else:
+        N = task.train_size if task.train_size is not None else measured_size(exp.dataset)
     return min(N, exp.train_size) if exp.train_size is not None else N
 
 
-@functools.lru_cache(maxsize=None)
-def _loaded_size(dataset: str) -> torch.Tensor:
-    return load_task_data(Experiment(study="size", dataset=dataset, model="digits_mlp", method="dpsgd")).y_train
+def measured_size(dataset: str, root: str | Path = data.DEFAULT_ROOT) -> int:
+    """N of a dataset whose size the task registry cannot give (NAMES: a split of whatever names its files hold),
+    loaded from ``root`` once and remembered for the planning of this process's runs.
+
+    Raises :class:`dpbook.data.DatasetNotFoundError` (a ``FileNotFoundError``) while the files are missing.
+    """
+    if dataset not in _MEASURED:
+        probe = Experiment(study="size", dataset=dataset, model=TASKS[dataset].model, method="dpsgd")
+        _MEASURED[dataset] = len(load_task_data(probe, root=root).y_train)
+    return _MEASURED[dataset]
+
+
+_MEASURED: dict[str, int] = {}
 
 
 def plan(base: Experiment, G: int) -> TuningPlan:

@@ -32,7 +32,7 @@ import numpy as np
 
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import reproduce, results
-from dpbook.repro.experiment import Experiment, load_task_data
+from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter
 from dpbook.repro.params import check_known, listing
 from dpbook.repro.sweep import run_all
@@ -176,11 +176,10 @@ class Reproduction(Chapter):
     def names_size_known(self) -> bool:
         """NAMES has no fixed size: :func:`dpbook.repro.reproduce.training_size` reads it from the files under
         ``data_root``, once (False while they are missing)."""
-        if self.smoke or "names" in reproduce.TRAIN_SIZES:
+        if self.smoke:
             return True
         try:
-            probe = Experiment(study=STUDY, dataset="names", model="char_lstm", method="dpsgd")
-            reproduce.TRAIN_SIZES["names"] = len(load_task_data(probe, root=self.data).y_train)
+            reproduce.measured_size("names", self.data)
             return True
         except FileNotFoundError:
             return False
