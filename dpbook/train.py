@@ -29,7 +29,7 @@ from __future__ import annotations
 
 __all__ = [
     "LogRows", "TrainLog", "evaluate", "Interrupted", "request_stop", "clear_stop_request", "StaleCheckpointError",
-    "check_data", "Trainer"
+    "Trainer"
 ]
 
 import threading
@@ -117,7 +117,7 @@ class StaleCheckpointError(ValueError):
     """A checkpoint that cannot be resumed: damaged, or written by a run with another configuration."""
 
 
-def check_data(model: nn.Module, data) -> None:
+def _check_data(model: nn.Module, data) -> None:
     """Refuse, before any training, data that the run could not use or would silently misreport: labels that are
     not class indices of the model's outputs, inputs the model cannot take, training and test sets of different
     kinds, an empty test set, and NaN or infinite inputs. Each error names the tensor and the fix.
@@ -125,7 +125,7 @@ def check_data(model: nn.Module, data) -> None:
     >>> import torch
     >>> from dpbook.data import DataSplits
     >>> x = torch.randn(8, 3)
-    >>> check_data(torch.nn.Linear(3, 2), DataSplits(x, torch.tensor([0, 1] * 4).float(), x, torch.zeros(8).long()))
+    >>> _check_data(torch.nn.Linear(3, 2), DataSplits(x, torch.tensor([0, 1] * 4).float(), x, torch.zeros(8).long()))
     Traceback (most recent call last):
     ...
     ValueError: y_train must hold integer class indices (torch.long), got dtype torch.float32: use y.long()
@@ -190,7 +190,7 @@ class Trainer:
                  nonprivate_diagnostics: bool = False, per_sample: str = "auto"):
         self.x_train, self.y_train, self.x_test, self.y_test = (t.to(device) for t in data)
         self.model = model
-        check_data(model, (self.x_train, self.y_train, self.x_test, self.y_test))
+        _check_data(model, (self.x_train, self.y_train, self.x_test, self.y_test))
         self.epochs = checks.integer("epochs", epochs)
         self.delta = checks.open_unit("delta", delta)
         self.accountant = accountant

@@ -33,7 +33,7 @@ Here, white-box, with gradient canaries:
 from __future__ import annotations
 
 __all__ = [
-    "CANARY_NORM", "GUESSES", "WithCanaries", "dirac_canaries", "check_canaries", "OneRunResult", "one_run_audit",
+    "CANARY_NORM", "GUESSES", "WithCanaries", "dirac_canaries", "OneRunResult", "one_run_audit",
     "BOOK_RUNS", "BOOK_EPSILONS", "BOOK_CANARIES", "main"
 ]
 
@@ -92,7 +92,7 @@ def dirac_canaries(params, coordinates: torch.Tensor) -> Grads:
     return [part.reshape(len(coordinates), *p.shape) for part, p in zip(parts, params)]
 
 
-def check_canaries(canaries: int, params) -> int:
+def _check_canaries(canaries: int, params) -> int:
     """The number of canaries, refused unless each can have its own coordinate of the model."""
     canaries = checks.integer("canaries", canaries, minimum=2)
     d = sum(p.numel() for p in params)
@@ -137,7 +137,7 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     x_train, y_train, x_test, y_test = load_digits()
     model = digits_mlp()
     params = [p for p in model.parameters() if p.requires_grad]
-    canaries = check_canaries(canaries, params)
+    canaries = _check_canaries(canaries, params)
     g = torch.Generator().manual_seed(canary_seed)
     coordinates = torch.randperm(sum(p.numel() for p in params), generator=g)[:canaries]
     inside = torch.rand(canaries, generator=g) < 0.5
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         for m in args.canaries:
-            check_canaries(m, list(digits_mlp().parameters()))
+            _check_canaries(m, list(digits_mlp().parameters()))
         for epsilon in args.epsilons:
             checks.positive("--epsilons", epsilon)
         checks.integer("--seeds", args.seeds)

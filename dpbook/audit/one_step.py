@@ -29,7 +29,7 @@ effect exceeds the declaration.
 from __future__ import annotations
 
 __all__ = [
-    "DELTA", "FAST_TRIALS", "NoNoise", "World", "AuditResult", "prepared", "worlds", "discriminant", "run",
+    "DELTA", "FAST_TRIALS", "NoNoise", "World", "AuditResult", "worlds", "discriminant", "run",
     "audit"
 ]
 
@@ -135,7 +135,7 @@ class AuditResult:
         return {**record, "features": list(self.features), "flagged": self.flagged}
 
 
-def prepared(cls: type, scenario: Scenario, grads: Grads) -> Method:
+def _prepared(cls: type, scenario: Scenario, grads: Grads) -> Method:
     """A fresh method of ``cls`` bound to the audited parameters and put in the scenario's state for ``grads``."""
     method = cls(**scenario.hyperparameters)
     B = len(grads[0]) if cls.full_batch else len(scenario.background_norms)  # full batch: B is N of the world
@@ -147,11 +147,11 @@ def prepared(cls: type, scenario: Scenario, grads: Grads) -> Method:
 def worlds(cls: type, scenario: Scenario) -> tuple[World, World]:
     """D (the background) and D' (background + canary), each with its own prepared method."""
     bg = background(scenario.background_norms)
-    probe = prepared(cls, scenario, bg)
+    probe = _prepared(cls, scenario, bg)
     canary = scenario.canary(probe)
     with_canary = [torch.cat([b, c]) for b, c in zip(bg, canary)]
-    return (World(bg, prepared(cls, scenario, bg), canary=False),
-            World(with_canary, prepared(cls, scenario, with_canary), canary=True))
+    return (World(bg, _prepared(cls, scenario, bg), canary=False),
+            World(with_canary, _prepared(cls, scenario, with_canary), canary=True))
 
 
 def _features(flat: np.ndarray, diagnostics: dict, direction: np.ndarray, keys: list[str]) -> list[float]:

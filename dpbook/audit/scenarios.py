@@ -21,7 +21,7 @@ every claim is about mu = 1 and epsilon of a few units, where a few thousand tri
 
 from __future__ import annotations
 
-__all__ = ["SHAPES", "BACKGROUND_NORMS", "HUGE", "DTYPE", "zeros", "dirac", "background", "Scenario", "SCENARIOS"]
+__all__ = ["SHAPES", "BACKGROUND_NORMS", "HUGE", "DTYPE", "zeros", "background", "Scenario", "SCENARIOS"]
 
 import math
 from dataclasses import dataclass, field
@@ -49,7 +49,7 @@ def zeros() -> Grads:
     return [torch.zeros(shape, dtype=DTYPE) for shape in SHAPES]
 
 
-def dirac() -> Grads:
+def _dirac() -> Grads:
     """The canary direction u = e_0: 1 in the first coordinate of the first tensor, 0 elsewhere."""
     u = zeros()
     u[0][0] = 1.0
@@ -87,7 +87,7 @@ class Scenario:
     state: str  # the state the method is put in, and why; rendered in the chapter
     prepare: Callable[[Method, Grads], None] = _no_state  # (method bound to its world, that world's batch)
     canary_norm: Callable[[Method], float] = lambda method: HUGE
-    canary_direction: Callable[[Method], Grads] = lambda method: dirac()
+    canary_direction: Callable[[Method], Grads] = lambda method: _dirac()
     background_norms: tuple = field(default=BACKGROUND_NORMS)
 
     def canary(self, method: Method) -> Grads:
@@ -117,7 +117,7 @@ def _prepare_dpdr(method: Method, grads: Grads) -> None:
 def _dpdr_canary(method: Method) -> Grads:
     """u + b (both layers' base vectors): huge parallel coefficients and a huge orthogonal part (u), so both
     clips saturate."""
-    return [d + b for d, b in zip(dirac(), _dpdr_base())]
+    return [d + b for d, b in zip(_dirac(), _dpdr_base())]
 
 
 def _previous() -> Grads:

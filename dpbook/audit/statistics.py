@@ -25,7 +25,7 @@ one canary in many runs: :func:`one_run_epsilon` inverts their Theorem 3.1 (with
 from __future__ import annotations
 
 __all__ = [
-    "CONFIDENCE", "clopper_pearson_upper", "epsilon_from_rates", "mu_from_rates", "bounds_at", "Certificate",
+    "CONFIDENCE", "clopper_pearson_upper", "epsilon_from_rates", "mu_from_rates", "Certificate",
     "certify", "one_run_p_value", "one_run_epsilon"
 ]
 
@@ -87,14 +87,14 @@ def _error_counts(without: np.ndarray, with_canary: np.ndarray, thresholds: np.n
     return fp, fn
 
 
-def bounds_at(without, with_canary, thresholds, *, delta: float, confidence: float = CONFIDENCE):
+def _bounds_at(without, with_canary, thresholds, *, delta: float, confidence: float = CONFIDENCE):
     r"""Certified ``(epsilon, mu)`` lower bounds of the tests "score > tau" for each threshold tau.
 
     ``without`` holds the scores of outputs on D, ``with_canary`` those on D'. Each rate is bounded at level
     ``1 - (1 - confidence) / 2``, so that both bounds hold together with probability ``confidence``.
 
         >>> rng = np.random.default_rng(0)
-        >>> eps, mu = bounds_at(rng.normal(0, 1, 5000), rng.normal(3, 1, 5000), [1.5], delta=1e-5)
+        >>> eps, mu = _bounds_at(rng.normal(0, 1, 5000), rng.normal(3, 1, 5000), [1.5], delta=1e-5)
         >>> 1.5 < float(mu[0]) < 3.0, float(eps[0]) > 1.0
         (True, True)
     """
@@ -140,11 +140,11 @@ def certify(without, with_canary, *, delta: float, confidence: float = CONFIDENC
     choose1, check1 = with_canary[:half1], with_canary[half1:]
     pooled = np.concatenate([choose0, choose1])
     thresholds = np.unique(np.quantile(pooled, np.linspace(0, 1, candidates)))
-    eps, mu = bounds_at(choose0, choose1, thresholds, delta=delta, confidence=confidence)
+    eps, mu = _bounds_at(choose0, choose1, thresholds, delta=delta, confidence=confidence)
     tau_eps, tau_mu = thresholds[int(np.argmax(eps))], thresholds[int(np.argmax(mu))]
     each = 1 - (1 - confidence) / 2  # two certified bounds, both true with probability >= confidence
-    eps_held, _ = bounds_at(check0, check1, [tau_eps], delta=delta, confidence=each)
-    _, mu_held = bounds_at(check0, check1, [tau_mu], delta=delta, confidence=each)
+    eps_held, _ = _bounds_at(check0, check1, [tau_eps], delta=delta, confidence=each)
+    _, mu_held = _bounds_at(check0, check1, [tau_mu], delta=delta, confidence=each)
     return Certificate(float(eps_held[0]), float(mu_held[0]), float(tau_eps), float(tau_mu), confidence,
                        min(len(check0), len(check1)))
 

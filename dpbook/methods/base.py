@@ -36,7 +36,7 @@ from __future__ import annotations
 
 __all__ = [
     "NONPRIVATE_PREFIX", "TRAINING_SET_METRICS", "is_nonprivate", "MicroBatch", "GaussianNoise", "Release",
-    "gradient_sensitivity", "Method", "ScaledSum"
+    "gradient_sensitivity", "restored", "Method", "ScaledSum"
 ]
 
 import abc
@@ -167,6 +167,21 @@ def gradient_sensitivity(releases: Sequence[Release]) -> float:
         0.5
     """
     return math.hypot(*(r.sensitivity for r in releases if r.in_gradient))
+
+
+def restored(current: list[torch.Tensor], saved: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """A method's tensor state loaded from a checkpoint: copied into the current tensors in place (they keep their
+    device and any references to them), or cloned when the method holds none yet.
+
+        >>> M = [torch.zeros(2)]
+        >>> restored(M, [torch.ones(2)]) is M, M[0].tolist(), restored([], [torch.ones(1)])[0].tolist()
+        (True, [1.0, 1.0], [1.0])
+    """
+    if not current:
+        return [s.clone() for s in saved]
+    for c, s in zip(current, saved):
+        c.copy_(s)
+    return current
 
 
 class Method(abc.ABC):

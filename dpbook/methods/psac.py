@@ -35,7 +35,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from dpbook import checks, weights
-from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum
+from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum, restored
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, check_finite, flat_norms
 
@@ -202,11 +202,7 @@ class PSASCMomentum(PSASC):
                              f"(K0 = {self.K0}, gamma0 = {self.gamma0}): it was saved by a run with other momentum "
                              "parameters")
         super().load_state_dict(state)
-        if self.M:
-            for M, saved in zip(self.M, state["M"]):
-                M.copy_(saved)
-        else:
-            self.M = [saved.clone() for saved in state["M"]]
+        self.M = restored(self.M, state["M"])
         self.history = [[p.to(M.device).clone() for p, M in zip(w, self.M)] for w in history]
 
     def diagnostics(self) -> dict[str, float]:

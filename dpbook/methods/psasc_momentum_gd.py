@@ -89,7 +89,7 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 import torch
 
 from dpbook import checks
-from dpbook.methods.base import GaussianNoise, MicroBatch
+from dpbook.methods.base import GaussianNoise, MicroBatch, restored
 from dpbook.methods.psac import PSASC
 from dpbook.methods.registry import register
 from dpbook.per_sample import Grads, check_finite, flat_norms
@@ -220,12 +220,8 @@ class PSASCMomentumGD(PSASC):
                              f"{[tuple(m.shape) for m in self.m]} (N = {self.N}): it was saved by a run on another "
                              "training set or model")
         super().load_state_dict(state)
-        if self.m:
-            for m, saved in zip(self.m, state["m"]):
-                m.copy_(saved)
-        else:
-            self.m = [saved.clone() for saved in state["m"]]
-            self.N = len(self.m[0]) if self.m else 0
+        self.m = restored(self.m, state["m"])
+        self.N = len(self.m[0]) if self.m else 0
 
     def diagnostics(self) -> dict[str, float]:
         return {**super().diagnostics(), "gamma": self.gamma}

@@ -25,10 +25,10 @@ that layer alone), exact for any layer that treats examples independently.
 from __future__ import annotations
 
 __all__ = [
-    "Weighted", "LayerGrads", "instantiated", "formed", "combine", "NORM_PRODUCT", "GHOST", "FORMED", "GROUPED",
-    "ghost_is_cheaper", "gram_sq_norms", "gram_sq_norms_t", "linear_strategy", "linear", "conv", "GROUPED_WORK",
-    "GROUPED_EXAMPLES", "conv_strategy", "conv_supported", "group_norm", "layer_norm", "embedding",
-    "embedding_supported", "generic", "RULES", "rule_for"
+    "Weighted", "LayerGrads", "instantiated", "formed", "NORM_PRODUCT", "GHOST", "FORMED", "GROUPED",
+    "ghost_is_cheaper", "linear_strategy", "linear", "conv", "GROUPED_WORK",
+    "GROUPED_EXAMPLES", "conv_strategy", "group_norm", "layer_norm", "embedding",
+    "generic", "RULES", "rule_for"
 ]
 
 from dataclasses import dataclass
@@ -67,7 +67,7 @@ def formed(name: str, G: torch.Tensor, a: torch.Tensor, g: torch.Tensor, product
     return LayerGrads(sq, product)
 
 
-def combine(parts: Sequence[LayerGrads]) -> LayerGrads:
+def _combine(parts: Sequence[LayerGrads]) -> LayerGrads:
     """Parameters of one layer handled by separate rules (e.g. a ghost weight and an instantiated bias)."""
     return LayerGrads(sum(p.sq_norms for p in parts),
                       lambda w: {k: v for p in parts for k, v in p.weighted(w).items()})
@@ -85,14 +85,14 @@ def ghost_is_cheaper(T: int, d: int, p: int) -> bool:
     return T * (d + p) < d * p
 
 
-def gram_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+def _gram_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     r"""Ghost norm :math:`\sum_{t,t'} \langle a_t, a_{t'}\rangle\langle g_t, g_{t'}\rangle` per example, a (n,T,d),
     g (n,T,p); clamped at 0 against rounding."""
     return (a @ a.mT).mul_(g @ g.mT).sum((1, 2)).clamp_(min=0)
 
 
-def gram_sq_norms_t(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """:func:`gram_sq_norms` of ``a.mT, g.mT`` for a (n,d,T), g (n,p,T), without transposing copies."""
+def _gram_sq_norms_t(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``_gram_sq_norms`` of ``a.mT, g.mT`` for a (n,d,T), g (n,p,T), without transposing copies."""
     return (a.mT @ a).mul_(g.mT @ g).sum((1, 2)).clamp_(min=0)
 
 
@@ -113,12 +113,12 @@ def linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str])
             sq = a.square().sum((1, 2)) * g.square().sum((1, 2))
             parts.append(LayerGrads(sq, lambda w: {"weight": _linear_sum(a, g, w)}))
         elif strategy == GHOST:
-            parts.append(LayerGrads(gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
+            parts.append(LayerGrads(_gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
         else:  # formed only when T (d + p) >= d p: never larger than (a, g), so kept for the sum
             parts.append(instantiated({"weight": g.mT @ a}))
     if "bias" in names:
         parts.append(instantiated({"bias": g.sum(1)}))
-    return combine(parts)
+    return _combine(parts)
 
 
 def _linear_sum(a: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -143,7 +143,7 @@ def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names:
             return {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}
 
         if strategy == GHOST:
-            sq = gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
+            sq = _gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
             parts.append(LayerGrads(sq, product))
         elif strategy == GROUPED:
             G = torch.cat([_grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
@@ -154,7 +154,7 @@ def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names:
             parts.append(formed("weight", G.reshape(len(a), *module.weight.shape), a, g, product))
     if "bias" in names:
         parts.append(instantiated({"bias": g.flatten(2).sum(2)}))
-    return combine(parts)
+    return _combine(parts)
 
 
 def _bcast(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -220,7 +220,7 @@ def conv_strategy(module: nn.Conv1d | nn.Conv2d, L: int, device: torch.device) -
     return FORMED
 
 
-def conv_supported(module: nn.Conv1d | nn.Conv2d) -> bool:
+def _conv_supported(module: nn.Conv1d | nn.Conv2d) -> bool:
     """Numeric zero padding (string padding and other padding modes go to :func:`generic`)."""
     return module.padding_mode == "zeros" and not isinstance(module.padding, str)
 
@@ -274,7 +274,7 @@ def embedding(module: nn.Embedding, ids: torch.Tensor, g: torch.Tensor, names: s
     return LayerGrads(sq, weighted)
 
 
-def embedding_supported(module: nn.Embedding) -> bool:
+def _embedding_supported(module: nn.Embedding) -> bool:
     """Dense embeddings whose gradient does not depend on the batch (``scale_grad_by_freq`` counts batch-wide)."""
     return not module.scale_grad_by_freq and not module.sparse
 
@@ -314,6 +314,6 @@ def rule_for(module: nn.Module) -> Callable | None:
     names = {k for k, p in module.named_parameters(recurse=False) if p.requires_grad}
     if rule is None or not names <= {"weight", "bias"}:
         return None
-    if (rule is conv and not conv_supported(module)) or (rule is embedding and not embedding_supported(module)):
+    if (rule is conv and not _conv_supported(module)) or (rule is embedding and not _embedding_supported(module)):
         return None
     return rule

@@ -20,8 +20,8 @@ the markdown tables of a record: the README's and the book's tables are rendered
 from __future__ import annotations
 
 __all__ = [
-    "loss_fn", "interleaved_median_ms", "Setting", "SETTINGS", "CONTENDERS", "batch", "make_step", "engine_times",
-    "memory_child", "peak_memory", "SCALED_SUMS", "method_times", "tables", "main", "run"
+    "loss_fn", "interleaved_median_ms", "Setting", "SETTINGS", "CONTENDERS", "batch", "make_step", "memory_child",
+    "SCALED_SUMS", "method_times", "tables", "main", "run"
 ]
 
 import argparse
@@ -177,7 +177,7 @@ def _opacus_step(mode: str, model, setting: Setting, x, y) -> Callable[[], None]
 # --- 1. engines ------------------------------------------------------------------------------------------------
 
 
-def engine_times(name: str, B: int, contenders, repeats: int | None, device) -> dict[str, float]:
+def _engine_times(name: str, B: int, contenders, repeats: int | None, device) -> dict[str, float]:
     setting = SETTINGS[name]
     x, y = batch(setting, B, device)
     steps = {c: make_step(c, setting, x, y, device) for c in contenders}
@@ -212,7 +212,7 @@ def memory_child(name: str, B: int, contender: str, device) -> dict:
     return {"peak_mib": _status_mib("VmHWM") - before}
 
 
-def peak_memory(name: str, B: int, contender: str, threads: int, device) -> float:
+def _peak_memory(name: str, B: int, contender: str, threads: int, device) -> float:
     # glibc returns every block of 64 KiB or more to the system when it is freed: resident memory then follows the
     # tensors alive (its default moves the threshold up after frees, and a later step reuses memory unseen)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
@@ -328,9 +328,9 @@ def run(args, parser, device) -> None:
                 continue
             start = time.perf_counter()
             cell = {"model": name, "B": B, "micro_batch": SETTINGS[name].micro(B),
-                    "ms": engine_times(name, B, args.contenders, args.repeats, device)}
+                    "ms": _engine_times(name, B, args.contenders, args.repeats, device)}
             if not args.skip_memory:
-                cell["peak_mib"] = {c: peak_memory(name, B, c, args.threads, device) for c in args.contenders}
+                cell["peak_mib"] = {c: _peak_memory(name, B, c, args.threads, device) for c in args.contenders}
             cell["seconds"] = time.perf_counter() - start
             cells.append(cell)
             print(f"  {name} B={B}: {cell['seconds']:.0f} s", file=sys.stderr)

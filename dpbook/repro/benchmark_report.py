@@ -16,8 +16,8 @@ A claim is tested with one rule (:func:`verdict`): the difference of two cells' 
 from __future__ import annotations
 
 __all__ = [
-    "Cells", "WORDS", "cells", "status_line", "values", "cell_text", "accuracy_table", "unreachable",
-    "chosen_table", "plot_accuracy", "plot_tuning_cost", "judged", "verdict", "Claim", "judge", "versus_baseline",
+    "Cells", "WORDS", "cells", "status_line", "values", "accuracy_table", "unreachable",
+    "chosen_table", "plot_accuracy", "plot_tuning_cost", "verdict", "Claim", "judge", "versus_baseline",
     "against", "identical_seeds", "histogram_noise", "setting_noise"
 ]
 
@@ -62,17 +62,17 @@ def values(the_cells: Cells, method: str, epsilon: float, protocol: str) -> list
     return c["values"] if c is not None and c["status"] == "ok" and len(c["values"]) >= 2 else None
 
 
-def cell_text(cell: Mapping) -> str:
+def _cell_text(cell: Mapping) -> str:
     """``"93.1 ± 0.4 (n=5)"`` in % test accuracy, or ``"unreachable"``."""
     if cell["status"] == "unreachable":
         return "unreachable"
-    return results.format_mean_std(*results.mean_std([100 * v for v in cell["values"]]), digits=1)
+    return results.mean_std_text(cell["values"], scale=100, digits=1)
 
 
 def accuracy_table(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str) -> str:
     """One protocol's cells as a Markdown table: a row per method, a column per epsilon."""
     columns = [f"eps={e:g}" for e in epsilons]
-    rows = [{"method": m, **{c: cell_text(the_cells[(m, e, protocol)]) for c, e in zip(columns, epsilons)}}
+    rows = [{"method": m, **{c: _cell_text(the_cells[(m, e, protocol)]) for c, e in zip(columns, epsilons)}}
             for m in methods]
     return results.markdown_table(rows, ["method", *columns])
 
@@ -158,7 +158,7 @@ def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Seque
 # The papers' claims
 # ----------------------------------------------------------------------------------------------------------------
 
-def judged(va: Sequence[float], vb: Sequence[float], expect: str, *, z: float = 2.0) -> dict:
+def _judged(va: Sequence[float], vb: Sequence[float], expect: str, *, z: float = 2.0) -> dict:
     """The difference of two cells' values in points (``"+1.20 ± 0.40"``) and the verdict on "a is ``expect``
     than b" (:data:`WORDS`)."""
     d = results.difference(va, vb, z=z)
@@ -174,7 +174,7 @@ def verdict(the_cells: Cells, claim: str, a: str, b: str, epsilons: Sequence[flo
         for e in epsilons:
             va, vb = values(the_cells, a, e, p), values(the_cells, b, e, p)
             if va is not None and vb is not None:
-                out.append({"claim": claim, "protocol": p, "eps": f"{e:g}", **judged(va, vb, expect, z=z)})
+                out.append({"claim": claim, "protocol": p, "eps": f"{e:g}", **_judged(va, vb, expect, z=z)})
     return out
 
 
@@ -228,7 +228,7 @@ def judge(the_cells: Cells, claims: Sequence[Claim], epsilons: Sequence[float], 
                 rows.append(row | {"here (points)": "", "verdict": "cannot speak (a cell is unreachable)"})
             else:
                 va, vb = values(the_cells, claim.a, e, claim.protocol), values(the_cells, claim.b, e, claim.protocol)
-                rows.append(row | (judged(va, vb, claim.expect, z=z) if va and vb
+                rows.append(row | (_judged(va, vb, claim.expect, z=z) if va and vb
                                    else {"here (points)": "", "verdict": "not run yet"}))
     return rows
 
@@ -289,7 +289,7 @@ def histogram_noise(the_cells: Cells, epsilons: Sequence[float], batch_size: int
             if c and c["sigma"]:
                 sH = run_sigma_H(c["sigma"])
                 lines.append(f"{protocol:3} eps={e:g}: sigma {c['sigma']:5.2f}, sigma_H {sH:5.2f} per bin against "
-                             f"{batch_size / bins:.1f} examples; accuracy {cell_text(c)}")
+                             f"{batch_size / bins:.1f} examples; accuracy {_cell_text(c)}")
     return lines
 
 

@@ -26,8 +26,8 @@ job arrays do natively (queueing, time limits, preemption and requeue), with no 
 from __future__ import annotations
 
 __all__ = [
-    "EXECUTORS", "SlurmOptions", "RunTask", "make_executor", "NotebookTask", "submit", "submit_tasks", "collect",
-    "last_error_line", "error_line", "executed_without_error", "sweep_folder", "Manifest"
+    "EXECUTORS", "SlurmOptions", "RunTask", "NotebookTask", "submit", "submit_tasks", "collect",
+    "executed_without_error", "sweep_folder", "Manifest"
 ]
 
 import dataclasses
@@ -161,7 +161,7 @@ class RunTask(submitit.helpers.Checkpointable):
             train.clear_stop_request()
 
 
-def make_executor(kind: str, folder: Path, slurm: SlurmOptions | None = None) -> submitit.Executor:
+def _make_executor(kind: str, folder: Path, slurm: SlurmOptions | None = None) -> submitit.Executor:
     """submitit's executor for ``"debug"`` or ``"slurm"``, logging under ``folder``."""
     checks.one_of("executor", kind, ("debug", "slurm"))
     executor = submitit.AutoExecutor(folder=folder, cluster=kind)
@@ -197,7 +197,7 @@ def submit(todo: Sequence[Experiment], *, kind: str, folder: Path, slurm: SlurmO
 def submit_tasks(tasks: Sequence[Callable], *, kind: str, folder: Path,
                  slurm: SlurmOptions | None) -> list[submitit.Job]:
     """Submit callables as one job array (SLURM) or as debug jobs."""
-    executor = make_executor(kind, folder, slurm)
+    executor = _make_executor(kind, folder, slurm)
     with executor.batch():
         return [executor.submit(task) for task in tasks]
 
@@ -217,7 +217,7 @@ def collect(submitted: Sequence[tuple[Sequence[str], submitit.Job]], on_outcome:
             try:
                 outcomes = job.result()
             except Exception as err:  # the job died: name why
-                reason = last_error_line(job) or f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                reason = _last_error_line(job) or f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
                 outcomes = [(label, 0.0, f"job {job.job_id}: {reason}") for label in labels]
             for outcome in outcomes:
                 on_outcome(*outcome)
@@ -226,12 +226,12 @@ def collect(submitted: Sequence[tuple[Sequence[str], submitit.Job]], on_outcome:
             time.sleep(poll_s)
 
 
-def last_error_line(job: submitit.Job) -> str:
+def _last_error_line(job: submitit.Job) -> str:
     """The last line of the job's stderr that names an error ("" when there is none)."""
-    return error_line(job.paths.stderr)
+    return _error_line(job.paths.stderr)
 
 
-def error_line(path: str | Path | None) -> str:
+def _error_line(path: str | Path | None) -> str:
     """The last line of a log that names an error (else its last line; "" for a missing or empty log)."""
     if not path or not Path(path).exists():
         return ""
@@ -368,9 +368,9 @@ class Manifest:
 
     def _job_state(self, entry: dict) -> tuple[str, str]:
         if self.executor != "slurm" or entry["job"] is None:
-            return "not done", error_line(entry["stderr"])
+            return "not done", _error_line(entry["stderr"])
         job = submitit.SlurmJob(folder=Path(entry["stderr"]).parent, job_id=entry["job"])
         state = job.state.lower()
         if state in ("pending", "running", "requeued", "completing", "unknown"):
             return state, ""
-        return ("failed" if state != "completed" else "not done"), error_line(entry["stderr"])
+        return ("failed" if state != "completed" else "not done"), _error_line(entry["stderr"])

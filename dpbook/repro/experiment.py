@@ -33,7 +33,7 @@ True
 from __future__ import annotations
 
 __all__ = [
-    "OPTIMIZERS", "Experiment", "method_hyperparameters", "smoke_data",
+    "OPTIMIZERS", "Experiment", "smoke_data",
     "load_task_data", "build_task_model", "make_optimizer", "resolve_device", "plan_of", "check_spent",
     "run_experiment"
 ]
@@ -118,7 +118,7 @@ class Experiment:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, kind(_plain(value)))
-        object.__setattr__(self, "hyperparameters", method_hyperparameters(self.method, self.hyperparameters))
+        object.__setattr__(self, "hyperparameters", _method_hyperparameters(self.method, self.hyperparameters))
 
     def key(self) -> str:
         """A short hash of every field that decides the result (not ``study`` or ``micro_batch_size``)."""
@@ -138,17 +138,17 @@ class Experiment:
 
 
 
-def method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+def _method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
     """An experiment's hyperparameters, sorted, each name checked against the method (its constructor and its
     ``from_plan``) and each value converted to the type the method declares (a numpy scalar to a plain number), so
     that the result file holds plain JSON and one run has one key.
 
     >>> import numpy as np
-    >>> method_hyperparameters("dpsgd", {"C": np.float32(1)})
+    >>> _method_hyperparameters("dpsgd", {"C": np.float32(1)})
     {'C': 1.0}
-    >>> method_hyperparameters("psasc-momentum", {"K0": 2.0, "s": 1, "C": 0.1, "r": 1e-3, "gamma0": 0.5, "gamma1": 1})
+    >>> _method_hyperparameters("psasc-momentum", {"K0": 2.0, "s": 1, "C": 0.1, "r": 1e-3, "gamma0": 0.5, "gamma1": 1})
     {'C': 0.1, 'K0': 2, 'gamma0': 0.5, 'gamma1': 1.0, 'r': 0.001, 's': 1.0}
-    >>> method_hyperparameters("dpsgd", {"c": 1.0})
+    >>> _method_hyperparameters("dpsgd", {"c": 1.0})
     Traceback (most recent call last):
     ...
     ValueError: method 'dpsgd' has no hyperparameter 'c' (did you mean 'C'?); its hyperparameters: C, sigma

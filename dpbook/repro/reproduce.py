@@ -25,9 +25,9 @@ cannot run at that noise (Andrew et al. need 2 sigma_b > sigma), is reported wit
 from __future__ import annotations
 
 __all__ = [
-    "REP_SEED", "STAND_INS", "measured_size", "stand_in", "stand_in_note", "training_size", "plan", "check_feasible",
-    "RUN_FIELDS", "search", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run", "cell_runs",
-    "summarise", "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
+    "REP_SEED", "STAND_INS", "measured_size", "stand_in", "stand_in_note", "training_size", "plan", "RUN_FIELDS",
+    "search", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run", "cell_runs", "summarise",
+    "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
 ]
 
 from pathlib import Path
@@ -111,7 +111,7 @@ def _plan_cached(base: Experiment, N: int) -> TuningPlan:
 _PLANS: dict[tuple, TuningPlan] = {}
 
 
-def check_feasible(base: Experiment, grid: Sequence[Mapping], the_plan: TuningPlan) -> None:
+def _check_feasible(base: Experiment, grid: Sequence[Mapping], the_plan: TuningPlan) -> None:
     """Build and bind the method at the plan's noise for every grid point: a ValueError names the first
     constraint violated (e.g. DPDR's GDR steps alone overspend, or Andrew et al.'s 2 sigma_b <= sigma), so that a
     sweep never plans a run that cannot start. Each (method, plan, point, B) is checked once per process: a
@@ -153,7 +153,7 @@ def search(base: Experiment, grid: Sequence[Mapping], rep: int = 0) -> list[Expe
     """
     points = [_split(base, point) for point in grid]
     the_plan = plan(base, len(points))
-    check_feasible(base, [p["hyperparameters"] for p in points], the_plan)
+    _check_feasible(base, [p["hyperparameters"] for p in points], the_plan)
     if base.protocol == "none":
         return [base.replace(G=1, seed=i, **p) for i, p in enumerate(points)]
     return [base.replace(G=len(points), seed=seed, **points[index])

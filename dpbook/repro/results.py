@@ -17,10 +17,10 @@ without results says "not run yet".
 from __future__ import annotations
 
 __all__ = [
-    "REPO_ROOT", "RESULTS_DIR", "PAPER_DIR", "SCHEMA_VERSION", "git_commit", "device_name", "versions",
+    "REPO_ROOT", "RESULTS_DIR", "PAPER_DIR", "SCHEMA_VERSION", "device_name", "versions",
     "provenance", "write_result", "nonprivate_keys", "REQUIRED_KEYS", "CorruptResultError", "ANALYSIS_DIR",
     "is_analysis", "read_result", "recorded", "repo_path", "load_results", "load_paper_table", "paper_rows",
-    "mean_std", "format_mean_std", "final_metric", "compare", "difference", "markdown_table"
+    "mean_std", "format_mean_std", "mean_std_text", "final_metric", "compare", "difference", "markdown_table"
 ]
 
 import datetime as _dt
@@ -58,7 +58,7 @@ def _git(*args: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def git_commit() -> dict:
+def _git_commit() -> dict:
     """The commit of the checkout that runs the code and whether tracked files differ from it (None outside git).
 
     Looked up once per process: a sweep's runs share it.
@@ -92,7 +92,7 @@ def versions() -> dict:
 
 def provenance(device: torch.device | str) -> dict:
     """Where and with what a run was made: device, versions, git commit, UTC time."""
-    return {"device": device_name(device), "versions": versions(), "git": git_commit(),
+    return {"device": device_name(device), "versions": versions(), "git": _git_commit(),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -269,13 +269,28 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
     return round(mean, 12), round(std, 12), n
 
 
-def format_mean_std(mean: float, std: float, n: int, *, digits: int = 2) -> str:
-    """``"92.00 ± 2.00 (n=3)"``; ``"not run yet"`` when n = 0; no ± for a single value."""
+def format_mean_std(mean: float, std: float, n: int, *, digits: int = 2, spec: str | None = None) -> str:
+    """``"92.00 ± 2.00 (n=3)"``; ``"not run yet"`` when n = 0; no ± for a single value. ``spec`` (e.g. ``".3g"``)
+    formats both numbers instead of ``digits`` decimals.
+
+    >>> format_mean_std(*mean_std([91.0, 93.0, 92.0])), format_mean_std(*mean_std([0.0127, 0.0131]), spec=".2g")
+    ('92.00 ± 1.00 (n=3)', '0.013 ± 0.00028 (n=2)')
+    """
+    spec = spec or f".{digits}f"
     if n == 0:
         return "not run yet"
     if n == 1 or math.isnan(std):
-        return f"{mean:.{digits}f} (n=1)"
-    return f"{mean:.{digits}f} ± {std:.{digits}f} (n={n})"
+        return f"{mean:{spec}} (n=1)"
+    return f"{mean:{spec}} ± {std:{spec}} (n={n})"
+
+
+def mean_std_text(values: Iterable[float], *, scale: float = 1.0, digits: int = 2, spec: str | None = None) -> str:
+    """:func:`format_mean_std` of :func:`mean_std` of the values times ``scale`` (e.g. 100 for accuracies in %).
+
+    >>> mean_std_text([0.91, 0.93], scale=100)
+    '92.00 ± 1.41 (n=2)'
+    """
+    return format_mean_std(*mean_std([scale * float(v) for v in values]), digits=digits, spec=spec)
 
 
 def final_metric(record: Mapping, metric: str = "test_accuracy") -> float:

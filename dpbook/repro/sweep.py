@@ -23,9 +23,7 @@ CPU thread each by default); a failed run is reported and the sweep goes on.
 from __future__ import annotations
 
 __all__ = [
-    "die_with_parent", "run_one", "run_all", "parse_value", "parse_assignments", "failed_cell",
-    "check_notebook_grid", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main", "summary_lines",
-    "print_status"
+    "run_one", "run_all", "parse_assignments", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main"
 ]
 
 import argparse
@@ -53,11 +51,11 @@ from dpbook.tuning import grid_product
 def _init_worker(threads: int, parent: int | None = None) -> None:
     import torch
 
-    die_with_parent(parent)
+    _die_with_parent(parent)
     torch.set_num_threads(threads)
 
 
-def die_with_parent(parent: int | None = None) -> None:
+def _die_with_parent(parent: int | None = None) -> None:
     """Ask Linux to end this process when the process that started it (``parent``, a pid) dies, even by
     ``kill -9``, so that killing a sweep leaves no worker training on its own; a parent that died before the request
     ends this process at once. Elsewhere nothing (pool workers there end with the pool)."""
@@ -145,7 +143,7 @@ def _collect(outcomes, summary: dict, bar) -> None:
 # Notebook grids (papermill)
 # ----------------------------------------------------------------------------------------------------------------
 
-def parse_value(text: str) -> Any:
+def _parse_value(text: str) -> Any:
     """``"4"`` -> 4, ``"0.5"`` -> 0.5, ``"true"`` -> True, ``"none"`` -> None, ``"['a', 'b']"`` -> a list,
     anything else stays a string."""
     if text.strip()[:1] in ("[", "{"):
@@ -170,7 +168,7 @@ def parse_assignments(items: Sequence[str], *, lists: bool) -> dict[str, Any]:
         if "=" not in item:
             raise ValueError(f"expected name=value, got {item!r}")
         name, value = item.split("=", 1)
-        out[name.strip()] = [parse_value(v) for v in _split_top_level(value)] if lists else parse_value(value)
+        out[name.strip()] = [_parse_value(v) for v in _split_top_level(value)] if lists else _parse_value(value)
     return out
 
 
@@ -188,11 +186,11 @@ def _split_top_level(text: str) -> list[str]:
     return parts + [current]
 
 
-def failed_cell(executed: Path, stderr: str) -> str:
+def _failed_cell(executed: Path, stderr: str) -> str:
     """Why a papermill run failed, in one line: the failing cell (its first line) and its exception,
     read from the executed notebook; else the last line papermill printed.
 
-    >>> failed_cell(Path("no-such.ipynb"), "Traceback ...\\nValueError: unknown method 'x'\\n")
+    >>> _failed_cell(Path("no-such.ipynb"), "Traceback ...\\nValueError: unknown method 'x'\\n")
     "ValueError: unknown method 'x'"
     """
     try:
@@ -210,7 +208,7 @@ def failed_cell(executed: Path, stderr: str) -> str:
     return lines[-1] if lines else "papermill failed without a message"
 
 
-def check_notebook_grid(notebook: Path, points: list[dict]) -> None:
+def _check_notebook_grid(notebook: Path, points: list[dict]) -> None:
     """Refuse the whole sweep, before anything runs, when a grid point names a parameter the notebook does not
     have or gives a value its parameter cannot take (the notebook's own parameter check would stop that run)."""
     import nbformat
@@ -251,7 +249,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     checks.one_of("executor", executor, dispatch.EXECUTORS)
     notebook = Path(notebook)
     points = grid_product(**grid)
-    check_notebook_grid(notebook, [{**fixed, **point} for point in points])
+    _check_notebook_grid(notebook, [{**fixed, **point} for point in points])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -284,15 +282,15 @@ def run_notebooks(commands: Sequence[tuple[list[str], Path]], *, output_dir: str
     def execute(command: list[str], out: Path) -> tuple[str, float, str | None]:
         sweep_pid = os.getpid()
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(),
-                              preexec_fn=lambda: die_with_parent(sweep_pid))  # its kernel ends with it too
-        return str(out), 0.0, None if done.returncode == 0 else failed_cell(out, done.stderr)
+                              preexec_fn=lambda: _die_with_parent(sweep_pid))  # its kernel ends with it too
+        return str(out), 0.0, None if done.returncode == 0 else _failed_cell(out, done.stderr)
 
     bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="notebook")
     if executor == "local":
         with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
             _collect(pool.map(lambda c: execute(*c), todo), summary, bar)
     elif todo:
-        tasks = [dispatch.NotebookTask(command, out, failed_cell) for command, out in todo]
+        tasks = [dispatch.NotebookTask(command, out, _failed_cell) for command, out in todo]
         submitted = dispatch.submit_tasks(tasks, kind=executor, folder=folder, slurm=slurm)
         manifest.record_jobs([([Path(task.out).stem], job) for task, job in zip(tasks, submitted)])
         bar.write(f"{len(submitted)} {executor} job(s); manifest {manifest.path}")
@@ -338,21 +336,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "status":
-            return print_status(dispatch.Manifest.read(args.manifest))
+            return _print_status(dispatch.Manifest.read(args.manifest))
         summaries = _run(args)
     except (ValueError, FileNotFoundError) as err:  # a grid, a name, a value or a file refused before anything ran
         print(f"python -m dpbook.repro.sweep: {err}", file=sys.stderr)
         return 2
 
-    for line in summary_lines(summaries):
+    for line in _summary_lines(summaries):
         print(line)
     return 1 if any(s["failed"] for s in summaries) else 0
 
 
-def summary_lines(summaries: list[dict]) -> list[str]:
+def _summary_lines(summaries: list[dict]) -> list[str]:
     """The end of a sweep: per phase, what was planned, done, skipped (already recorded) and failed, with why.
 
-    >>> summary_lines([{"planned": 3, "skipped": 1, "done": 1, "failed": [("a.json", "ValueError: x")]}])
+    >>> _summary_lines([{"planned": 3, "skipped": 1, "done": 1, "failed": [("a.json", "ValueError: x")]}])
     ['planned 3: done 1, skipped 1 (already recorded), failed 1', '  FAILED a.json: ValueError: x']
     """
     lines = []
@@ -385,7 +383,7 @@ def _slurm_options(args) -> dispatch.SlurmOptions | None:
     return dispatch.SlurmOptions(**{k: v for k, v in given.items() if v is not None})
 
 
-def print_status(manifest: dispatch.Manifest) -> int:
+def _print_status(manifest: dispatch.Manifest) -> int:
     """Print a sweep's runs (or notebook executions) by state, the ones not done with why and where their log is;
     0 when all are done."""
     from tabulate import tabulate

@@ -10,8 +10,8 @@ read back by the figure. Every function takes the chapter's :class:`~dpbook.repr
 from __future__ import annotations
 
 __all__ = [
-    "AXIS", "STYLES", "sensitivity_figure", "fig4_params", "fig8_params", "PARAMS", "analysis_path",
-    "load_analysis", "per_sample_norms", "measure_fig4", "measure_fig8", "measure", "fig4_figure", "fig8_figure"
+    "AXIS", "STYLES", "sensitivity_figure", "PARAMS", "load_analysis", "measure_fig4", "measure_fig8", "measure",
+    "fig4_figure", "fig8_figure"
 ]
 
 import collections
@@ -84,22 +84,22 @@ def sensitivity_figure(rep, fig: str) -> plt.Figure | None:
 
 # -- Figs. 4 and 8: measurements inside training -----------------------------------------------------------------
 
-def fig4_params(rep, dataset: str, model: str) -> dict:
+def _fig4_params(rep, dataset: str, model: str) -> dict:
     return dict(figure="4", dataset=dataset, model=model, method="dpsgd", C=1.0, epsilon=8.0, delta="1/N",
                 epochs=rep.epochs_of(model), batch_size=rep.batch_size, optimizer="adam", lr=rep.lr, seed=0,
                 fractions=[float(f) for f in rep.fig4_fractions], points=int(rep.fig4_points), smoke=bool(rep.smoke))
 
 
-def fig8_params(rep, dataset: str, model: str) -> dict:
+def _fig8_params(rep, dataset: str, model: str) -> dict:
     return dict(figure="8", dataset=dataset, model=model, epochs=rep.epochs_of(model), batch_size=rep.batch_size,
                 optimizer=rep.fig8_optimizer, lr=float(rep.fig8_lr), samples=int(rep.fig8_samples),
                 points=int(rep.fig8_points), seed=0, smoke=bool(rep.smoke))
 
 
-PARAMS = {"fig4": fig4_params, "fig8": fig8_params}
+PARAMS = {"fig4": _fig4_params, "fig8": _fig8_params}
 
 
-def analysis_path(rep, kind: str, params: dict):
+def _analysis_path(rep, kind: str, params: dict):
     """The analysis file of a measurement: its kind, setting and a hash of all its parameters."""
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
     prefix = "smoke_" if rep.smoke else ""
@@ -108,11 +108,11 @@ def analysis_path(rep, kind: str, params: dict):
 
 
 def load_analysis(rep, kind: str, dataset: str, model: str) -> dict | None:
-    path = analysis_path(rep, kind, PARAMS[kind](rep, dataset, model))
+    path = _analysis_path(rep, kind, PARAMS[kind](rep, dataset, model))
     return results.read_result(path, required=["parameters"]) if path.exists() else None
 
 
-def per_sample_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int) -> torch.Tensor:
+def _per_sample_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int) -> torch.Tensor:
     psg = PerSampleGradients(model, nn.functional.cross_entropy)
     return torch.cat([flat_norms(psg(x[i:i + chunk], y[i:i + chunk])) for i in range(0, len(x), chunk)]).cpu()
 
@@ -120,8 +120,8 @@ def per_sample_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: 
 def measure_fig4(rep, dataset: str, model_name: str) -> None:
     """Train DP-SGD (C = 1, epsilon = 8, Adam) and, at the given fractions of the run, evaluate Eq. 4's E(C) on one
     Poisson batch's true per-sample norms [DCSGD-31]. Skipped when its analysis file exists."""
-    params = fig4_params(rep, dataset, model_name)
-    path = analysis_path(rep, "fig4", params)
+    params = _fig4_params(rep, dataset, model_name)
+    path = _analysis_path(rep, "fig4", params)
     if path.exists():
         return
     dev = resolve_device(rep.device)
@@ -140,7 +140,7 @@ def measure_fig4(rep, dataset: str, model_name: str) -> None:
     def record(tr, info):
         if tr.step in at:
             batch = (torch.rand(len(tr.x_train), generator=generator) < tr.sampler.q).nonzero().flatten().to(dev)
-            norms = per_sample_norms(tr.model, tr.x_train[batch], tr.y_train[batch],
+            norms = _per_sample_norms(tr.model, tr.x_train[batch], tr.y_train[batch],
                                      rep.micro_batch_size or 64).numpy()
             C = np.linspace(0, 1.2 * max(float(norms.max(initial=0.0)), 1e-6), int(rep.fig4_points))
             E = expected_errors_from_norms(norms, C, sigma_T=plan.sigma, B=rep.batch_size, d=d)
@@ -156,8 +156,8 @@ def measure_fig4(rep, dataset: str, model_name: str) -> None:
 def measure_fig8(rep, dataset: str, model_name: str) -> None:
     """Non-private training (App. A) with the mean per-sample gradient norm of ``fig8_samples`` fixed training
     examples measured at ``fig8_points`` points. Skipped when its analysis file exists."""
-    params = fig8_params(rep, dataset, model_name)
-    path = analysis_path(rep, "fig8", params)
+    params = _fig8_params(rep, dataset, model_name)
+    path = _analysis_path(rep, "fig8", params)
     if path.exists():
         return
     dev = resolve_device(rep.device)
@@ -175,7 +175,7 @@ def measure_fig8(rep, dataset: str, model_name: str) -> None:
     curve, order = [], None
     for step in range(T + 1):
         if step in marks:
-            norms = per_sample_norms(model, x[probe], y[probe], rep.micro_batch_size or 64)
+            norms = _per_sample_norms(model, x[probe], y[probe], rep.micro_batch_size or 64)
             curve.append({"step": step, "epoch": step / per_epoch, "mean_norm": float(norms.mean())})
         if step == T:
             break

@@ -21,8 +21,8 @@ sigma_alpha / sigma_perp times sigma_perp:
 from __future__ import annotations
 
 __all__ = [
-    "STUDY", "ROWS", "paper_tables", "models", "label", "line_style", "paper_row", "delta_of", "table2",
-    "mean_curve", "crossing", "Reproduction"
+    "STUDY", "ROWS", "paper_tables", "models", "label", "paper_row", "table2",
+    "crossing", "Reproduction"
 ]
 
 import functools
@@ -62,7 +62,7 @@ def label(key: str) -> str:
     return ROWS[key][2]
 
 
-def line_style(key: str) -> dict:
+def _line_style(key: str) -> dict:
     """One colour per registry method (:mod:`dpbook.repro.plotting`); DPAdam shares DP-SGD's colour, dashed."""
     return dict(color=method_colour(ROWS[key][0]), ls="--" if key == "dpadam" else "-")
 
@@ -74,7 +74,7 @@ def paper_row(dataset: str, epsilon: float, key: str) -> dict | None:
     return rows[0] if rows else None
 
 
-def delta_of(dataset: str, epsilon: float) -> float:
+def _delta_of(dataset: str, epsilon: float) -> float:
     """Table 1's delta of a (dataset, epsilon) pair (its first row's if the pair is not in the table)."""
     table1 = paper_tables()[0]
     rows = results.paper_rows(table1, dataset=dataset, epsilon=epsilon) or table1["rows"]
@@ -91,7 +91,7 @@ def table2(dataset: str, epsilon: float, quantity: str) -> float | None:
     return rows[0]["value"] if rows else None
 
 
-def mean_curve(records: list[dict], column: str) -> np.ndarray:
+def _mean_curve(records: list[dict], column: str) -> np.ndarray:
     """The mean over ``records`` (result files) of a per-epoch ``column``."""
     values = np.array([[float(v) for v in r["epochs"][column]] for r in records])
     return values.mean(axis=0)
@@ -178,7 +178,7 @@ class Reproduction(Chapter):
     def base_of(self, key: str, dataset: str, epsilon: float) -> Experiment:
         method, optimizer, _ = ROWS[key]
         exp = Experiment(study=STUDY, dataset=dataset, model=models()[dataset], method=method, epsilon=float(epsilon),
-                         delta=delta_of(dataset, epsilon),
+                         delta=_delta_of(dataset, epsilon),
                          epochs=PAPER_EPOCHS if self.epochs is None else int(self.epochs),
                          batch_size=int(per_dataset(self.batch_size, dataset, PAPER_BATCH_SIZE)), optimizer=optimizer,
                          lr=1.0, protocol="none", smoke=bool(self.smoke),
@@ -361,8 +361,9 @@ class Reproduction(Chapter):
         for key in keys:
             records = self.summary(self.fig_dataset, float(self.fig5_epsilon), key)["records"]
             if records:
-                curves[key] = {"steps": mean_curve(records, "step"), "acc": 100 * mean_curve(records, "test_accuracy"),
-                               "eps": mean_curve(records, "epsilon"), "loss": mean_curve(records, "test_loss"),
+                curves[key] = {"steps": _mean_curve(records, "step"),
+                               "acc": 100 * _mean_curve(records, "test_accuracy"),
+                               "eps": _mean_curve(records, "epsilon"), "loss": _mean_curve(records, "test_loss"),
                                "n": len(records)}
         return curves
 
@@ -379,9 +380,9 @@ class Reproduction(Chapter):
         curves = self.convergence()
         for key, c in curves.items():
             name = f"{label(key)} (n={c['n']})"
-            ax_a.plot(c["steps"], c["acc"], marker=".", label=name, **line_style(key))
-            ax_b.plot(c["eps"], c["acc"], marker=".", label=name, **line_style(key))
-            ax_c.plot(c["steps"], c["loss"], marker=".", label=name, **line_style(key))
+            ax_a.plot(c["steps"], c["acc"], marker=".", label=name, **_line_style(key))
+            ax_b.plot(c["eps"], c["acc"], marker=".", label=name, **_line_style(key))
+            ax_c.plot(c["steps"], c["loss"], marker=".", label=name, **_line_style(key))
         ax_b.axhline(level, color="0.4", lw=1, ls=":", label=f"{level:g}% level")
         for ax in (ax_a, ax_b, ax_c):
             if curves:
@@ -435,7 +436,7 @@ class Reproduction(Chapter):
                 xs = sorted(measured)
                 stats = [results.mean_std(measured[x]) for x in xs]
                 ax.errorbar(xs, [m for m, _, _ in stats], yerr=[0.0 if n == 1 else sd for _, sd, n in stats],
-                            marker="o", capsize=3, label=label(key), **line_style(key))
+                            marker="o", capsize=3, label=label(key), **_line_style(key))
             if panel != "B" and reference is not None:
                 ref_mean, ref_std, ref_n = results.mean_std(reference)
                 half = 0.0 if ref_n == 1 else ref_std
