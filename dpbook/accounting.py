@@ -82,9 +82,7 @@ def _check_delta(value, name: str = "delta") -> float:
 
 
 def check_accountant(value) -> str:
-    if value not in ACCOUNTANTS:
-        valid = ", ".join(repr(k) for k in ACCOUNTANTS)
-        raise ValueError(f"accountant must be one of {valid}, got {value!r}")
+    checks.one_of("accountant", value, ACCOUNTANTS)
     return value
 
 

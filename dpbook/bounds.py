@@ -317,8 +317,7 @@ def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d
         raise ValueError(f"m must be <= d = {d} (the paper assumes m << d), got {m!r}")
     C_alpha = checks.positive("C_alpha", C_alpha)
     sigma_alpha = checks.non_negative("sigma_alpha", sigma_alpha)
-    if noise_reading not in ("printed", "per_batch"):
-        raise ValueError(f"noise_reading must be 'printed' or 'per_batch', got {noise_reading!r}")
+    checks.one_of("noise_reading", noise_reading, ("printed", "per_batch"))
     tp = _per_step("tau_perp", tau_perp, T)
     ta = _per_step("tau_alpha", tau_alpha, T)
     Pp = _per_step("P_perp", P_perp, T, upper=1.0)

@@ -77,9 +77,9 @@ def integer(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
-def one_of(kind: str, name: str, valid) -> None:
-    """Raise a ValueError when ``name`` is not among ``valid``, naming it, the closest valid name (case aside) and
-    all of them.
+def one_of(kind: str, name: str, valid, hint: str = "") -> None:
+    """Raise a ValueError when ``name`` is not among ``valid``, naming it, the closest valid name (case aside), all
+    of them and the ``hint``.
 
     >>> one_of("hyperparameter", "c", ["C", "sigma"])
     Traceback (most recent call last):
@@ -88,7 +88,9 @@ def one_of(kind: str, name: str, valid) -> None:
     """
     valid = list(valid)
     if name not in valid:
-        raise ValueError(f"unknown {kind} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(map(str, valid))}")
+        extra = f" ({hint})" if hint else ""
+        raise ValueError(f"unknown {kind} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(map(str, valid))}"
+                         f"{extra}")
 
 
 def did_you_mean(name: str, valid) -> str:

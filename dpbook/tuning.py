@@ -134,10 +134,8 @@ def paper_grid(method: str, optimizer: str = "adam") -> list[dict[str, float]]:
     >>> paper_grid("dcsgd-e"), len(paper_grid("dcsgd-e", "sgd"))
     ([{}], 20)
     """
-    if method not in TUNED_HYPERPARAMETERS:
-        raise ValueError(f"method must be one of {sorted(TUNED_HYPERPARAMETERS)}, got {method!r}")
-    if optimizer not in ("adam", "sgd"):
-        raise ValueError(f"optimizer must be 'adam' or 'sgd' (Table VI), got {optimizer!r}")
+    checks.one_of("method", method, sorted(TUNED_HYPERPARAMETERS))
+    checks.one_of("optimizer", optimizer, ("adam", "sgd"), "Table VI")
     axes = {name: TABLE_VII[row] for name, row in TUNED_HYPERPARAMETERS[method].items()}
     if optimizer == "sgd":
         axes["lr"] = TABLE_VII["lr"]
@@ -207,9 +205,7 @@ DCSGD_SETTINGS: dict[str, Setting] = {
 # --------------------------------------------------------------------------------------------------------------
 
 def _check_protocol(protocol) -> str:
-    if protocol not in PROTOCOLS:
-        valid = ", ".join(repr(p) for p in PROTOCOLS)
-        raise ValueError(f"protocol must be one of {valid}, got {protocol!r}")
+    checks.one_of("protocol", protocol, PROTOCOLS)
     return protocol
 
 
@@ -391,8 +387,7 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     G = _check_G(G)
     protocol = _check_protocol(protocol)
     delta2 = _check_delta2(delta2)
-    if accountant not in accounting.ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {sorted(accounting.ACCOUNTANTS)}, got {accountant!r}")
+    accounting.check_accountant(accountant)
     return _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant,
                       checks.positive("epsilon_tolerance", epsilon_tolerance), delta2)[0]
 

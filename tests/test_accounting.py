@@ -504,8 +504,8 @@ GOOD = dict(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5)
     ("steps", 2.5, r"steps must be an integer >= 0, got 2.5"),
     ("steps", 100.0, r"steps must be an integer >= 0, got 100.0"),
     ("steps", True, r"steps must be an integer >= 0, got True"),
-    ("accountant", "gdp", r"accountant must be one of 'rdp', 'prv', got 'gdp'"),
-    ("accountant", "RDP", r"accountant must be one of 'rdp', 'prv', got 'RDP'"),
+    ("accountant", "gdp", r"unknown accountant 'gdp'.*; valid: rdp, prv"),
+    ("accountant", "RDP", r"unknown accountant 'RDP' \(did you mean 'rdp'\?\); valid: rdp, prv"),
 ])
 def test_epsilon_bad_input(name, value, message):
     with pytest.raises(ValueError, match="^" + message):
@@ -537,7 +537,7 @@ GOOD_TARGET = dict(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.01, step
     ("sample_rate", 0.0, r"sample_rate must be in \(0, 1\] .*got 0.0"),
     ("steps", 0, r"steps must be an integer >= 1, got 0"),
     ("steps", 10.5, r"steps must be an integer >= 1, got 10.5"),
-    ("accountant", "moments", r"accountant must be one of 'rdp', 'prv', got 'moments'"),
+    ("accountant", "moments", r"unknown accountant 'moments'.*; valid: rdp, prv"),
     ("epsilon_tolerance", 0.0, r"epsilon_tolerance must be a finite number > 0, got 0.0"),
     ("epsilon_tolerance", -0.01, r"epsilon_tolerance must be a finite number > 0, got -0.01"),
     ("sigma_tolerance", 0.0, r"sigma_tolerance must be a finite number > 0, got 0.0"),

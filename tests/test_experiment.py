@@ -336,7 +336,7 @@ def digits_run(**changes) -> Experiment:
     (dict(method="dpsgdd"), r"unknown method 'dpsgdd' \(did you mean 'dpsgd'\?\); valid: adaclip"),
     (dict(optimizer="sgdd"), r"unknown optimizer 'sgdd' \(did you mean 'sgd'\?\); valid: adam, sgd, sgd-momentum"),
     (dict(protocol="rdpp"), r"unknown protocol 'rdpp' \(did you mean 'rdp'\?\); valid: "),
-    (dict(accountant="rpd"), r"accountant must be one of 'rdp', 'prv', got 'rpd'"),
+    (dict(accountant="rpd"), r"unknown accountant 'rpd' \(did you mean 'rdp'\?\); valid: rdp, prv"),
     (dict(hyperparameters={"c": 1.0}), r"method 'dpsgd' has no hyperparameter 'c' \(did you mean 'C'\?\)"),
     (dict(hyperparameters={"C": "one"}), r"dpsgd's C. = 'one' must be float"),
     (dict(method="dcsgd-e", hyperparameters={"b": 2.5}), r"dcsgd-e's b. = 2.5 must be int"),

@@ -41,7 +41,7 @@ def test_psasc_cells_and_a_misspelt_name():
     assert len(rep.cells) == 25 and rep.cells[0] == ("mnist", "dpsgd")
     with pytest.raises(ValueError, match=r"unknown method\(s\) \['psas'\] \(did you mean 'psasc'\?\)"):
         psasc.Reproduction(methods=["psas"])
-    with pytest.raises(ValueError, match='lr_scaling must be "sensitivity" or "none"'):
+    with pytest.raises(ValueError, match="unknown lr_scaling .*; valid: sensitivity, none"):
         psasc.Reproduction(lr_scaling="sens")
 
 

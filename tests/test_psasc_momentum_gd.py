@@ -366,7 +366,7 @@ GOOD = dict(C=1.0, r=1e-3, s=0.5, sigma=1.0, gamma=0.5)
     ({**GOOD, "gamma": -0.1}, "gamma"),
     ({**GOOD, "gamma": 1.5}, "gamma"),
     ({**GOOD, "gamma": math.nan}, "gamma"),
-    ({**GOOD, "reading": "literal"}, r"reading must be one of \('update-then-scale', 'scale-then-update'\)"),
+    ({**GOOD, "reading": "literal"}, r"unknown reading 'literal'.*scale-then-update \(reading PSASC-10\)"),
     ({**GOOD, "s": 0.0}, r"s \(scaling coefficient\)"),
     ({**GOOD, "C": -1.0}, r"C \(maximum norm size\)"),
     ({**GOOD, "r": 0.0}, r"r \(stable parameter\)"),

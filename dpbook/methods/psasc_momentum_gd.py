@@ -124,8 +124,7 @@ class PSASCMomentumGD(PSASC):
         super().__init__(C=C, r=r, s=s, sigma=sigma)
         self.gamma = checks.rate("gamma (momentum parameter)", gamma,
                                  "the weight of the new gradient in m = gamma g + (1 - gamma) m; 1: no momentum")
-        if reading not in READINGS:
-            raise ValueError(f"reading must be one of {READINGS} (reading PSASC-10), got {reading!r}")
+        checks.one_of("reading", reading, READINGS, "reading PSASC-10")
         self.reading = reading
         self.N = 0  # training-set size, the expected batch size B at q = 1 (set by bind)
         self.m: list[torch.Tensor] = []  # per-sample EMA, one tensor (N, *shape) per parameter (allocated by bind)

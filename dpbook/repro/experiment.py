@@ -231,14 +231,11 @@ def build_task_model(exp: Experiment) -> torch.nn.Module:
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     """``"adam"`` (PyTorch defaults but ``lr``), ``"sgd"`` (plain), ``"sgd-momentum"`` (momentum 0.9)."""
+    checks.one_of("optimizer", name, OPTIMIZERS)
     params = list(params)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
+    return torch.optim.SGD(params, lr=lr, momentum=0.9 if name == "sgd-momentum" else 0.0)
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

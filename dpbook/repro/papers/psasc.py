@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from dpbook import checks
 from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
@@ -90,8 +91,7 @@ class Reproduction(Chapter):
             self.cells = [tuple(listing(c)) for c in listing(self.cells)]
         check_known("benchmark(s)", [d for d, _ in self.cells], settings())
         check_known("method(s)", [m for _, m in self.cells], LABELS)
-        if self.lr_scaling not in ("sensitivity", "none"):
-            raise ValueError(f'lr_scaling must be "sensitivity" or "none", got {self.lr_scaling!r}')
+        checks.one_of("lr_scaling", self.lr_scaling, ("sensitivity", "none"))
         self.curve_sets = (listing(self.curve_datasets) if self.curve_datasets is not None
                            else list(dict.fromkeys(d for d, _ in self.cells)))
         check_known("benchmark(s) in curve_datasets", self.curve_sets, settings())
