@@ -1,31 +1,36 @@
 """The interface every private-step method implements, and the machinery they share.
 
-A private step (``book/hygiene.md``, "One private step") is, for every method::
+A private step (``book/hygiene.md``, "One private step") is, for every method:
 
-    start(params)                      -> accumulators for one logical batch
-    accumulate(acc, micro_batch)       -> once per physical micro-batch (per-sample norms, and the per-sample
-                                          gradients or only their re-weighted sums, see ``per_sample_vectors``)
-    release(acc, noise)                -> the noisy *sum*; the engine divides it by the expected B
-    advance()                          -> t <- t + 1 (thresholds, bases, schedules move to the next step)
+``start(params)``
+    Accumulators for one logical batch.
+``accumulate(acc, micro_batch)``
+    Once per physical micro-batch: per-sample norms, and the per-sample gradients or only their re-weighted sums
+    (see ``per_sample_vectors``).
+``release(acc, noise)``
+    The noisy *sum*; the engine divides it by the expected B.
+``advance()``
+    t <- t + 1: thresholds, bases and schedules move to the next step.
 
-and every method declares::
+and every method declares:
 
-    releases()          what the coming step releases: one :class:`Release` per Gaussian release on the batch,
-                        each with its name, its data-independent L2 sensitivity and its noise multiplier (its
-                        noise std is their product). The first is the statistic the optimizer receives; DC-SGD
-                        adds its noisy histogram, AdaClip its noisy count, DPDR's decomposition steps their
-                        coefficient. The multiplier the accountant records for the step is derived from them
-                        (:meth:`Method.noise_multiplier`, the composition ``sigma_eff``), never declared apart,
-    state_dict()        its state as tensors (thresholds, ranges, bases, momentum),
-    diagnostics()       numbers for plots and logs that the privacy guarantee covers: released quantities
-                        (thresholds, ranges, noisy counts, norms of the noisy release), anything computed only
-                        from them, and public configuration. The engine logs them at every step, and
-    nonprivate_diagnostics()
-                        statistics of the raw batch, for teaching only (batch means of per-example norms,
-                        fractions clipped, exact counts): no release covers them. Their keys start with
-                        ``"nonprivate/"`` (:func:`is_nonprivate`); the engine reports them only on an explicit
-                        opt-in (``DPOptimizer(..., nonprivate_diagnostics=True)``, ``Trainer(...)`` alike), in a
-                        section of the log of their own, and result files refuse them (privacy hygiene rule 8).
+``releases()``
+    What the coming step releases: one :class:`Release` per Gaussian release on the batch, each with its name, its
+    data-independent L2 sensitivity and its noise multiplier (its noise std is their product). The first is the
+    statistic the optimizer receives; DC-SGD adds its noisy histogram, AdaClip its noisy count, DPDR's decomposition
+    steps their coefficients. The multiplier the accountant records for the step is derived from them
+    (:meth:`Method.noise_multiplier`, the composition ``sigma_eff``), never declared apart.
+``state_dict()``
+    Its state as tensors (thresholds, ranges, bases, momentum).
+``diagnostics()``
+    Numbers for plots and logs that the privacy guarantee covers: released quantities (thresholds, ranges, noisy
+    counts, norms of the noisy release), anything computed only from them, and public configuration. The engine
+    logs them at every step.
+``nonprivate_diagnostics()``
+    Statistics of the raw batch, for teaching only (batch means of per-example norms, fractions clipped, exact
+    counts): no release covers them. Their keys start with ``"nonprivate/"`` (:func:`is_nonprivate`); the engine
+    reports them only on an explicit opt-in (``DPOptimizer(..., nonprivate_diagnostics=True)``, ``Trainer(...)``
+    alike), in a section of the log of their own, and result files refuse them (privacy hygiene rule 8).
 
 Privacy hygiene (``book/hygiene.md``, rules 2 and 3) the interface enforces: the noise is drawn from the engine's
 generator and never scaled by data; anything that changes over training is updated in ``release``/``advance``
