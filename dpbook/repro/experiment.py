@@ -136,8 +136,6 @@ class Experiment:
         return dataclasses.replace(self, **changes)
 
 
-
-
 def _method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
     """An experiment's hyperparameters, sorted, each name checked against the method (its constructor and its
     ``from_plan``) and each value converted to the type the method declares (a numpy scalar to a plain number), so

@@ -174,8 +174,8 @@ class Reproduction(Chapter):
         return self.seeds if base.protocol == "none" else self.searches
 
     def names_size_known(self) -> bool:
-        """NAMES has no fixed size: :func:`dpbook.repro.reproduce.training_size` reads it from the files under
-        ``data_root``, once (False while they are missing)."""
+        """NAMES has no fixed size: :func:`dpbook.repro.reproduce.measured_size` reads it from the files under
+        ``data_root`` once, for the planning of this process's runs (False while they are missing)."""
         if self.smoke:
             return True
         try:
