@@ -149,13 +149,52 @@ def _rdp_of_one_step(sigma: float, q: float, orders: tuple[float, ...]) -> np.nd
     return rdp
 
 
-def _epsilon_at_orders(history: list[Segment], orders: tuple[float, ...], delta: float) -> np.ndarray:
-    """epsilon(alpha) of the composed history at each order: the RDP curves add up order by order, then Balle et
-    al. 2020, Thm. 21: eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha), Opacus's
-    ``get_privacy_spent`` formula."""
+def _rdp_at_orders(history: list[Segment], orders: tuple[float, ...]) -> np.ndarray:
+    """The RDP of the composed history at each order: the steps' curves add up order by order."""
+    return sum(_rdp_of_one_step(s, q, orders) * t for s, q, t in history)
+
+
+def _epsilon_of_rdp(rdp: np.ndarray, orders: tuple[float, ...], delta: float) -> np.ndarray:
+    """Balle et al. 2020, Thm. 21: eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha),
+    Opacus's ``get_privacy_spent`` formula, in its order of operations."""
     a = np.array(orders, dtype=np.float64)
-    rdp = sum(_rdp_of_one_step(s, q, orders) * t for s, q, t in history)
     return rdp - (math.log(delta) + np.log(a)) / (a - 1) + np.log((a - 1) / a)
+
+
+def _epsilon_at_orders(history: list[Segment], orders: tuple[float, ...], delta: float) -> np.ndarray:
+    """epsilon(alpha) of the composed history at each order."""
+    return _epsilon_of_rdp(_rdp_at_orders(history, orders), orders, delta)
+
+
+#: Opacus's integer orders (2, ..., 10, 12, ..., 63), each a finite sum; its 90 fractional orders are each a
+#: series (about 0.4 ms apiece, nine tenths of the grid's cost).
+_INTEGER_ORDERS: tuple[float, ...] = tuple(a for a in OPACUS_ORDERS if float(a).is_integer())
+_IS_INTEGER = np.array([float(a).is_integer() for a in OPACUS_ORDERS])
+#: For each of Opacus's orders, the position of the integer order at or below it (-1 below 2).
+_FLOOR = np.array([_INTEGER_ORDERS.index(math.floor(a)) if math.floor(a) >= 2 else -1 for a in OPACUS_ORDERS])
+
+
+def _epsilon_at_opacus_orders(history: list[Segment], delta: float) -> np.ndarray:
+    """epsilon(alpha) at Opacus's orders, +inf at the fractional orders that cannot attain the minimum.
+
+    The RDP of a history does not decrease as alpha grows (a Rényi divergence does not: van Erven & Harremoës
+    2014, Thm. 3), so at a fractional alpha it is at least the RDP at the integer order below (at least 0 below
+    2), and epsilon(alpha) at least that plus the conversion term. The integer orders are evaluated first; a
+    fractional order is evaluated unless that lower bound exceeds their minimum, so the minimum over the grid and
+    the order that attains it are the full grid's, bit for bit (every array has the full grid's length, as in
+    Opacus).
+    """
+    integer_rdp = _rdp_at_orders(history, _INTEGER_ORDERS)
+    rdp = np.where(_FLOOR >= 0, integer_rdp[_FLOOR], 0.0)  # exact at the integer orders, a lower bound elsewhere
+    lower = _epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
+    best = np.nanmin(lower[_IS_INTEGER]) if not np.isnan(lower[_IS_INTEGER]).all() else np.inf
+    slack = 1e-9 * max(1.0, abs(best))  # the series' rounding: a near-tie is always evaluated
+    todo = ~_IS_INTEGER & ~(lower > best + slack)
+    if todo.any():
+        rdp[todo] = _rdp_at_orders(history, tuple(a for a, wanted in zip(OPACUS_ORDERS, todo) if wanted))
+    eps = _epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
+    eps[~_IS_INTEGER & ~todo] = np.inf
+    return eps
 
 
 @dataclass(frozen=True)
@@ -186,7 +225,7 @@ def rdp_optimum(history: Sequence[Segment], delta: float) -> RDPOptimum:
     RDPOptimum(epsilon=7.3291111714386545, order=3.9, edge=None)
     """
     orders = OPACUS_ORDERS
-    eps = _epsilon_at_orders(history, orders, delta)
+    eps = _epsilon_at_opacus_orders(history, delta)
     chunks = iter(HIGH_ORDER_CHUNKS)
     while True:
         best = int(np.nanargmin(eps))

@@ -227,6 +227,41 @@ def test_grid_grows_until_the_optimum_is_interior(history, delta):
     assert epsilon_of_history(history, delta) == opt.epsilon
 
 
+def _random_histories(n: int, seed: int = 0) -> list[tuple[list, float]]:
+    """Histories of one to three segments over the ranges the library meets (sigma 0.2-50, q 1e-4-1, T 1-1e5) at
+    delta 1e-17-1e-2; seeded, so that a failure names the same case every time."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(n):
+        history = [(float(10 ** rng.uniform(-0.7, 1.7)), float(min(1.0, 10 ** rng.uniform(-4, 0.3))),
+                    int(10 ** rng.uniform(0, 5))) for _ in range(rng.integers(1, 4))]
+        cases.append((history, float(10 ** rng.uniform(-17, -2))))
+    return cases
+
+
+@pytest.mark.parametrize("history, delta", [
+    *_random_histories(40),
+    ([(0.5, 1.0, 1000)], 1e-5),               # the optimum below 1.1
+    ([(1.5, 0.04, 2250)], 1e-5),              # the optimum among the fractional orders (3.9)
+    ([(0.9, 1.0, 1)], 0.1),                   # one full-batch step, large delta: the optimum near 2
+])
+def test_fractional_orders_skipped_only_where_they_cannot_be_the_minimum(history, delta):
+    """Opacus's grid with every order evaluated, and with the fractional orders a lower bound rules out skipped:
+    the same minimum and order, bit for bit, and every order evaluated has the full grid's value."""
+    full = accounting._epsilon_at_orders(history, accounting.OPACUS_ORDERS, delta)
+    fast = accounting._epsilon_at_opacus_orders(history, delta)
+    best = int(np.nanargmin(full))
+    assert int(np.nanargmin(fast)) == best and fast[best] == full[best]
+    evaluated = np.isfinite(fast)
+    assert np.array_equal(fast[evaluated], full[evaluated])
+    assert (full[~evaluated] > full[best]).all()
+
+
+def test_the_fractional_orders_are_mostly_skipped_at_a_tuning_protocols_delta():
+    fast = accounting._epsilon_at_opacus_orders([(3.0, 256 / 60000, 2344)], 1e-17)  # optimum ~ 200
+    assert np.isinf(fast).sum() == 90  # no fractional order evaluated
+
+
 def test_the_grids_ends_are_refused_not_hidden():
     with pytest.raises(ValueError, match=r"optimal at the largest order evaluated \(alpha = 65536\).*prv"):
         epsilon(1e6, 0.01, 10, 1e-5)

@@ -23,7 +23,7 @@ import pytest
 
 from dpbook.repro.params import convert, infer_type, parameters_cell
 
-from .test_notebooks import shell_text, smoke_parameters
+from .test_notebooks import PAPERMILL, shell_text, smoke_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md"))]
@@ -34,8 +34,8 @@ SIZES = {"epochs"}
 
 #: Size options for entry points that are not notebooks (the documented options come first and still apply).
 SMALL = {
-    "dpbook.repro.sweep digits": ["--methods", "dpsgd,dcsgd-e", "--epsilons", "4", "--seeds", "2", "--epochs", "1"],
-    "dpbook.repro.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "2", "--epochs", "1"],
+    "dpbook.repro.sweep digits": ["--methods", "dcsgd-e", "--epsilons", "4", "--seeds", "1", "--epochs", "1"],
+    "dpbook.repro.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "1", "--epochs", "1"],
     "dpbook.repro.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8",
                            "--method-models"],
     "dpbook.audit": ["--trials", "200"],
@@ -47,7 +47,8 @@ EXPECTED_EXIT = {"dpbook.audit": lambda args: 1 if "--broken" in args else 0}
 
 
 def documented_commands() -> list[tuple[str, str]]:
-    """(file, command) for every command line of the documents, backslash continuations joined."""
+    """(file, command) for every command line of the documents, backslash continuations joined; a command that
+    several files show comes once, with the first file that shows it."""
     found = []
     for doc in DOCUMENTS:
         text = doc.read_text()
@@ -55,7 +56,10 @@ def documented_commands() -> list[tuple[str, str]]:
         lines = [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines()]
         lines += re.findall(r"`([^`\n]+)`", re.sub(r"^ *```.*?^ *```", "", text, flags=re.S | re.M))
         found += [(doc.name, " ".join(line.split())) for line in lines if line.startswith(PREFIXES)]
-    return list(dict.fromkeys(found))
+    first: dict[str, str] = {}
+    for doc, command in found:
+        first.setdefault(command, doc)
+    return [(doc, command) for command, doc in first.items()]
 
 
 def library_examples() -> list[tuple[str, str]]:
@@ -79,7 +83,7 @@ def small(command: str, tmp_path: Path) -> list[str]:
         options |= {name: shell_text(value) for name, value in smoke.items() if name not in options or name in SIZES}
         if "results_dir" in options:  # a run of its own: the notebook tests use (and clean) the smoke directory
             options["results_dir"] = str(tmp_path / "results")
-        return [sys.executable, "-m", "papermill", notebook, str(tmp_path / "out.ipynb"), "--no-progress-bar",
+        return [*PAPERMILL, notebook, str(tmp_path / "out.ipynb"),
                 *(a for name, text in options.items() for a in ("-p", name, text))]
     module = words[words.index("-m") + 1]
     args = words[words.index("-m") + 2:]

@@ -142,11 +142,12 @@ def papermill(notebook, *args) -> tuple[int, str]:
     """papermill's command line, as a user types it; the printed parameters (or the error) of the run."""
     import json
     import subprocess
-    import sys
+
+    from .test_notebooks import PAPERMILL
 
     out = notebook.with_name("out.ipynb")
-    run = subprocess.run([sys.executable, "-m", "papermill", str(notebook), str(out), "-k", "python3",
-                          "--no-progress-bar", *args], capture_output=True, text=True, cwd=notebook.parent)
+    run = subprocess.run([*PAPERMILL, str(notebook), str(out), *args], capture_output=True, text=True,
+                         cwd=notebook.parent)
     cells = json.loads(out.read_text())["cells"] if out.exists() else []
     texts = ["".join(o.get("text", "")) + "".join(o.get("evalue", "")) for c in cells for o in c.get("outputs", [])]
     return run.returncode, "\n".join(texts)

@@ -42,6 +42,7 @@ from __future__ import annotations
 __all__ = ["DIFF", "DIFF2", "diff2_history"]
 
 import abc
+import functools
 import math
 from typing import Sequence
 
@@ -198,6 +199,20 @@ class DIFF(_DifferenceMethod):
         return super().release(acc, noise)
 
 
+@functools.lru_cache(maxsize=1024)  # a chapter builds DIFF2 for every C_d of its grid at the same plan
+def _difference_sigma(plan, ratio: float, restart_every: int | None) -> float:
+    """The sigma of DIFF2's difference steps (restarts at ``ratio * sigma``) whose run, composed as ``plan``
+    charges it, spends at most the plan's budget (:meth:`DIFF2.from_plan`)."""
+    target, delta, runs = plan.run_budget()
+
+    def epsilon_at(sigma: float) -> float:
+        history = diff2_history(sigma=sigma, sigma_restart=ratio * sigma, restart_every=restart_every,
+                                sample_rate=plan.sample_rate, steps=plan.steps)
+        return epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, accountant=plan.accountant)
+
+    return calibrate(epsilon_at, target, epsilon_tolerance=1e-4, name="sigma (DIFF2's difference steps)",
+                     fix="Use a larger restart_noise_ratio or a larger target_epsilon.")
+
 @register("diff2")
 class DIFF2(_DifferenceMethod):
     r"""DIFF2 (Murata & Suzuki, 2023): a running estimator of the gradient, updated by privatised differences of
@@ -250,16 +265,7 @@ class DIFF2(_DifferenceMethod):
         ratio = checks.positive("restart_noise_ratio (sigma_restart / sigma)", restart_noise_ratio)
         if ratio == 1.0:
             return cls(sigma=plan.sigma, **hyperparameters)
-        restart_every = hyperparameters.get("restart_every", 50)
-        target, delta, runs = plan.run_budget()
-
-        def epsilon_at(sigma: float) -> float:
-            history = diff2_history(sigma=sigma, sigma_restart=ratio * sigma, restart_every=restart_every,
-                                    sample_rate=plan.sample_rate, steps=plan.steps)
-            return epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, accountant=plan.accountant)
-
-        sigma = calibrate(epsilon_at, target, epsilon_tolerance=1e-4, name="sigma (DIFF2's difference steps)",
-                          fix="Use a larger restart_noise_ratio or a larger target_epsilon.")
+        sigma = _difference_sigma(plan, ratio, hyperparameters.get("restart_every", 50))
         return cls(sigma=sigma, sigma_restart=ratio * sigma, **hyperparameters)
 
     def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None, restart_every: int | None = 50,

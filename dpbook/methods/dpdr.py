@@ -47,6 +47,7 @@ __all__ = [
     "orthogonal_sq_norms", "project", "rounding_slack", "unit_directions"
 ]
 
+import functools
 import math
 from typing import Sequence
 
@@ -374,6 +375,7 @@ def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_al
     return math.sqrt(parallel + 1 / sigma_perp ** 2)
 
 
+@functools.lru_cache(maxsize=1024)  # a chapter builds DPDR for every C of its grid at the same noise
 def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
                       steps: int, delta: float, accountant: str = "rdp", epsilon_tolerance: float = 1e-4,
                       runs: int = 1) -> float:

@@ -23,7 +23,8 @@ CPU thread each by default); a failed run is reported and the sweep goes on.
 from __future__ import annotations
 
 __all__ = [
-    "run_one", "run_all", "parse_assignments", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main"
+    "run_one", "run_all", "parse_assignments", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main",
+    "KERNEL_START_TIMEOUT_S"
 ]
 
 import argparse
@@ -234,6 +235,11 @@ def _check_notebook_grid(notebook: Path, points: list[dict]) -> None:
                          + f"\n{notebook.name}'s parameters: {', '.join(declared)}")
 
 
+#: Seconds papermill waits for a notebook's kernel to start (papermill's default, 60 s, fails a grid point when
+#: ``jobs`` kernels start at once on a busy machine: seen on a 2-core CI runner).
+KERNEL_START_TIMEOUT_S = 600
+
+
 def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
                       output_dir: str | Path = "data/results/executed", jobs: int = 1,
                       kernel: str = "python3", progress: bool | None = None, executor: str = "local",
@@ -256,7 +262,8 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     def command_of(point: dict) -> tuple[list[str], Path]:
         tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))
         out = output_dir / f"{notebook.stem}_{tag}.ipynb"
-        command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar"]
+        command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar",
+                   "--start-timeout", str(KERNEL_START_TIMEOUT_S)]
         for k, v in {**fixed, **point}.items():
             command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
         return command, out
