@@ -64,13 +64,12 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 import numpy as np
-import sklearn.datasets
 import torch
-import torchvision
-from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
-from torchvision import transforms
 from tqdm.std import tqdm
+
+# torchvision and scikit-learn are imported by the loaders that use them: every run imports this module, and the
+# two cost 1.4 s of start-up that a run on synthetic data, an accountant or an audit does not need.
 
 DEFAULT_ROOT = "data/downloads"
 
@@ -270,6 +269,8 @@ class _Attribute:
 
 def _build(spec: _Spec, root: Path, *, train: bool, download: bool, transform) -> Dataset:
     """The torchvision dataset itself; CelebA targets are the :data:`CELEBA_LABEL` attribute."""
+    import torchvision
+
     if spec.title == "SVHN":  # SVHN keeps its files directly in its root: give it a folder of its own
         split = "train" if train else "test"
         return torchvision.datasets.SVHN(root / spec.folder, split=split, download=download, transform=transform)
@@ -325,6 +326,8 @@ def _rgb(image):
 def _square(spec: _Spec, size: int) -> list:
     """PIL steps giving a ``size`` x ``size`` RGB image: CelebA crops its 178x218 faces to the central 178x178 and
     resizes; Imagenette resizes the shorter side to ``size`` and crops the centre. Bilinear, antialiased (PIL)."""
+    from torchvision import transforms
+
     if spec.title == "CelebA":
         return [transforms.Lambda(_rgb), transforms.CenterCrop(178), transforms.Resize(size)]
     return [transforms.Lambda(_rgb), transforms.Resize(size), transforms.CenterCrop(size)]
@@ -359,6 +362,8 @@ def load_dataset(
         ...     print(err.dataset)
         MNIST
     """
+    from torchvision import transforms
+
     spec = _spec(name)
     size = _image_size(spec, image_size)
     steps = _square(spec, size) if size else []
@@ -455,6 +460,8 @@ def load_tensors(
             images = _images_nchw(spec, ds)
             labels = torch.as_tensor(np.asarray(getattr(ds, spec.labels_attr)), dtype=torch.int64)
         else:
+            from torchvision import transforms
+
             transform = transforms.Compose(_square(spec, size) + [transforms.PILToTensor()])
             ds = _torchvision_dataset(spec, Path(root), train=train, download=download, transform=transform)
             desc = f"{spec.title} {'train' if train else 'test'}"
@@ -615,6 +622,9 @@ def load_digits(*, test_size: float = 0.2, seed: int = 0, standardize: bool = Fa
         >>> tuple(x_train.shape), tuple(x_test.shape), y_train.dtype
         ((1437, 1, 8, 8), (360, 1, 8, 8), torch.int64)
     """
+    import sklearn.datasets
+    from sklearn.model_selection import train_test_split
+
     digits = sklearn.datasets.load_digits()
     x = digits.images.astype(np.float32)[:, None] / 16.0
     x_tr, x_te, y_tr, y_te = train_test_split(
@@ -689,6 +699,8 @@ def load_mnist5k(*, seed: int = 0, normalize: bool = True) -> DataSplits:
         >>> tuple(x_train.shape), tuple(x_test.shape), y_train.bincount().tolist()[:3]
         ((4000, 1, 28, 28), (1000, 1, 28, 28), [400, 400, 400])
     """
+    from sklearn.model_selection import train_test_split
+
     path = _mnist5k_path()
     with gzip.open(path, "rt") as rows:
         table = np.loadtxt(rows, delimiter=",", dtype=np.uint8)
