@@ -17,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from dpbook.repro.sweep import KERNEL_START_TIMEOUT_S
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXECUTED = ROOT / "tests" / "_executed"
-#: papermill as the tests run it. A kernel can take over a minute to start while both cores of a CI runner are busy
-#: (papermill's default start timeout, 60 s, failed a run there), hence a longer one.
-PAPERMILL = [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--start-timeout", "600"]
+#: papermill as the tests run it, with the sweep's kernel start timeout: a kernel can take over a minute to start
+#: while both cores of a CI runner are busy (papermill's default, 60 s, failed a run there).
+PAPERMILL = [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar",
+             "--start-timeout", str(KERNEL_START_TIMEOUT_S)]
 
 
 def smoke_parameters(path: Path) -> dict:
@@ -77,7 +80,7 @@ def test_notebook(path: Path):
         return  # nbval would compare nothing: its second execution would only repeat papermill's
     # nbval re-executes the papermill output (smoke parameters included) and compares the checked cells.
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-kernel-startup-timeout", "600",
+        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-kernel-startup-timeout", str(KERNEL_START_TIMEOUT_S),
          "-p", "no:cacheprovider", "-q", "--no-header", "-o", "addopts=", str(out)],
         cwd=path.parent, capture_output=True, text=True,
     )
