@@ -75,8 +75,7 @@ says so.
 from __future__ import annotations
 
 __all__ = [
-    "PROTOCOLS", "LT_DELTA2", "TABLE_VII", "TUNED_HYPERPARAMETERS", "GRID_SIZES", "GRID_SIZES_SGD", "Setting",
-    "DCSGD_SETTINGS", "paper_grid", "lt_gamma", "lt_max_runs", "lt_expected_runs", "lt_theorem", "per_run_budget",
+    "PROTOCOLS", "LT_DELTA2", "lt_gamma", "lt_max_runs", "lt_expected_runs", "lt_theorem", "per_run_budget",
     "calibrate_sigma", "TuningPlan", "tuning_plan", "search_schedule", "Run", "GridSearchResult", "grid_search",
     "grid_product",
 ]
@@ -89,7 +88,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from dpbook import accounting, checks
-from dpbook.tasks import TASKS
 
 #: The protocols of this module and what each charges.
 PROTOCOLS = {
@@ -101,46 +99,6 @@ PROTOCOLS = {
 #: The paper's delta_2 for Theorem 1 (Sec. VI-B, following Mohapatra et al. [50]).
 LT_DELTA2 = 1e-20
 
-#: Table VII (Appendix E): the candidate values of every tuned hyperparameter.
-#: "lr" is the learning rate eta, {2^i x 1e-5, i = 0..19}, and is tuned only with SGD (momentum 0.9).
-TABLE_VII: dict[str, tuple[float, ...]] = {
-    "C": (0.1, 0.2, 0.5, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0),
-    "lr": tuple(round(2 ** i * 1e-5, 10) for i in range(20)),
-    "eta_C": (0.1, 0.15, 0.2, 0.25, 0.3),
-    "p": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-    "rho_C": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-}
-
-#: Table VI: the hyperparameters each method tunes (besides the SGD learning rate), each mapped to the Table VII
-#: row its candidates come from. Du et al.'s "C" is its initial threshold C_0. The names are the paper's symbols.
-#: The callable given to :func:`grid_search` maps them to a method's keyword arguments.
-TUNED_HYPERPARAMETERS: dict[str, dict[str, str]] = {
-    "dpsgd": {"C": "C"},
-    "dcsgd-p": {"p": "p"},
-    "dcsgd-e": {},
-    "adaclip": {"p": "p", "eta_C": "eta_C"},
-    "dynamic": {"C0": "C", "rho_C": "rho_C"},
-}
-
-
-def paper_grid(method: str, optimizer: str = "adam") -> list[dict[str, float]]:
-    """The grid of Tables VI and VII for ``method``, as a list of hyperparameter dicts (the paper's symbols).
-
-    With ``optimizer="adam"`` the learning rate is not tuned (Adam defaults, Sec. V-C). With ``"sgd"`` every point
-    is combined with the 20 learning rates of Table VII.
-
-    >>> paper_grid("adaclip")[:2]
-    [{'p': 0.1, 'eta_C': 0.1}, {'p': 0.1, 'eta_C': 0.15}]
-    >>> paper_grid("dcsgd-e"), len(paper_grid("dcsgd-e", "sgd"))
-    ([{}], 20)
-    """
-    checks.one_of("method", method, sorted(TUNED_HYPERPARAMETERS))
-    checks.one_of("optimizer", optimizer, ("adam", "sgd"), "Table VI")
-    axes = {name: TABLE_VII[row] for name, row in TUNED_HYPERPARAMETERS[method].items()}
-    if optimizer == "sgd":
-        axes["lr"] = TABLE_VII["lr"]
-    return grid_product(**axes)
-
 
 def grid_product(**axes) -> list[dict]:
     """Every combination of the axes' values, one dict per grid point, the first axis varying slowest: the one
@@ -150,54 +108,6 @@ def grid_product(**axes) -> list[dict]:
     [{'C': 0.1, 's': 5}, {'C': 1.0, 's': 5}]
     """
     return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
-
-
-#: Grid sizes G with Adam (Table I's multipliers): DP-SGD 10, DC-SGD-P 9, DC-SGD-E 1, Andrew 45, Du 90.
-GRID_SIZES: dict[str, int] = {m: len(paper_grid(m, "adam")) for m in TUNED_HYPERPARAMETERS}
-#: Grid sizes G with SGD (times the 20 learning rates): 200, 180, 20, 900, 1800.
-GRID_SIZES_SGD: dict[str, int] = {m: len(paper_grid(m, "sgd")) for m in TUNED_HYPERPARAMETERS}
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One experimental setting of the paper (Sec. V, Appendix D): N training examples, epochs, B = 256.
-
-    ``steps`` is the paper's count, T = ceil(N epochs / B) (2,344 for MNIST), used wherever the book reproduces
-    its privacy tables. A :class:`dpbook.train.Trainer` run takes epochs x round(N/B) steps (2,340 for MNIST), never
-    more than this count for these settings, so a sigma calibrated here covers it. ``delta`` is 1/N, as in the
-    paper.
-
-    >>> s = DCSGD_SETTINGS["mnist"]
-    >>> s.sample_rate == 256 / 60000, s.steps, s.delta == 1 / 60000
-    (True, 2344, True)
-    """
-
-    name: str
-    N: int
-    epochs: int
-    model: str
-    expected_batch_size: int = 256
-
-    @property
-    def sample_rate(self) -> float:
-        return self.expected_batch_size / self.N
-
-    @property
-    def steps(self) -> int:
-        return math.ceil(self.N * self.epochs / self.expected_batch_size)
-
-    @property
-    def delta(self) -> float:
-        return 1 / self.N
-
-
-#: The paper's four main settings: epochs (Sec. V-C) and models; the training-set sizes (Appendix D) are the
-#: standard splits' of the task registry.
-DCSGD_SETTINGS: dict[str, Setting] = {
-    key: Setting(TASKS[key].title, TASKS[key].train_size, epochs, model)
-    for key, epochs, model in (("mnist", 10, "CNN"), ("cifar10", 20, "ResNet18/34"), ("svhn", 20, "ResNet18/34"),
-                               ("qnli", 5, "BERT-base"))
-}
 
 
 # --------------------------------------------------------------------------------------------------------------

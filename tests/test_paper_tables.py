@@ -26,12 +26,15 @@ MODELS = {"mnist_cnn", "cifar10_cnn", "resnet18_gn", "resnet34_gn", "bert_base",
 OPTIMIZERS = {"adam", "sgd", "sgd-momentum"}
 PROTOCOLS = {"none", "rdp", "lt"}
 QUANTITIES = {"sigma_perp", "sigma_alpha", "sigma_g"}
-METRICS = {"test_accuracy": "%", "time_seconds": "s", "noise_multiplier": "", "hyperparameters": ""}
+METRICS = {"test_accuracy": "%", "time_seconds": "s", "noise_multiplier": "", "hyperparameters": "",
+           "candidates": ""}
 
 TOP_KEYS = {"paper", "table", "title", "source", "metric", "units", "statistic", "notes", "rows"}
 ROW_KEYS = {"model", "dataset", "epsilon", "delta", "method", "optimizer", "protocol", "value", "std", "G", "s",
             "bold", "quantity"}
 HYPER_KEYS = {"dataset", "model", "N", "batch_size", "epochs", "r", "C", "epsilon", "delta"}
+# A table of tuning candidates: a hyperparameter's values (Table VII) or a method's tuned symbols (Table VI).
+CANDIDATE_KEYS = ({"hyperparameter", "values"}, {"method", "hyperparameters"})
 # Keys that are measurements or annotations of a cell rather than coordinates identifying it.
 NON_KEY = {"value", "std", "bold", "G", "s"}
 
@@ -40,7 +43,8 @@ ROMAN = {"I": 1, "II": 2, "III": 3, "IV": 4, "V": 5, "VI": 6, "VII": 7, "VIII": 
 # (paper, table id) -> number of cells printed in the table.
 CELLS = {
     ("dcsgd", "I"): 20, ("dcsgd", "II"): 90, ("dcsgd", "III"): 90, ("dcsgd", "IV"): 90, ("dcsgd", "V"): 90,
-    ("dcsgd", "VIII"): 84, ("dpdr", "1"): 36, ("dpdr", "2"): 18, ("psasc", "II"): 5, ("psasc", "III"): 25,
+    ("dcsgd", "VI"): 5, ("dcsgd", "VII"): 5, ("dcsgd", "VIII"): 84, ("dpdr", "1"): 36, ("dpdr", "2"): 18,
+    ("psasc", "II"): 5, ("psasc", "III"): 25,
 }
 
 FILES = sorted(PAPER_DIR.glob("*.json"))
@@ -110,7 +114,11 @@ def test_rows_use_known_keys_canonical_names_and_finite_numbers(name):
     t = TABLES[name]
     hyper = t["metric"] == "hyperparameters"
     for row in t["rows"]:
-        if hyper:
+        if t["metric"] == "candidates":
+            assert set(row) in CANDIDATE_KEYS, row
+            assert row.get("method", "dpsgd") in METHODS, row
+            assert all(is_number(v) and v > 0 for v in row.get("values", [])), row
+        elif hyper:
             assert set(row) == HYPER_KEYS, row
             assert all(is_number(row[k]) for k in HYPER_KEYS - {"dataset", "model"}), row
         else:
@@ -133,7 +141,7 @@ def test_rows_use_known_keys_canonical_names_and_finite_numbers(name):
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_no_duplicate_cells(name):
     rows = TABLES[name]["rows"]
-    keys = [cell_key(r) for r in rows]
+    keys = [repr(cell_key(r)) for r in rows]
     assert len(set(keys)) == len(keys)
 
 
@@ -146,7 +154,7 @@ def test_cell_counts(name):
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_each_table_is_a_full_grid_of_settings_by_methods(name):
     t = TABLES[name]
-    if t["metric"] in ("hyperparameters", "noise_multiplier"):
+    if t["metric"] in ("hyperparameters", "noise_multiplier", "candidates"):
         return
     settings = {setting(r) for r in t["rows"]}
     methods = {(r["method"], r.get("optimizer")) for r in t["rows"]}
@@ -225,6 +233,16 @@ def test_dcsgd_table_i_grid_multipliers():
     assert all(len(g) == 1 for g in by_method.values())
     assert by_method["dcsgd-e"] == {1}
     assert len(by_method) == 5
+
+
+def test_dcsgd_table_vi_names_table_vii_rows_and_gives_table_i_grid_sizes():
+    candidates = {r["hyperparameter"]: r["values"] for r in table("dcsgd", "VII")["rows"]}
+    assert candidates["lr"] == [round(2 ** i * 1e-5, 10) for i in range(20)]   # printed as 2^i x 1e-5, i = 0..19
+    sizes = {}
+    for r in table("dcsgd", "VI")["rows"]:
+        assert set(r["hyperparameters"].values()) <= set(candidates) - {"lr"}, r
+        sizes[r["method"]] = math.prod(len(candidates[row]) for row in r["hyperparameters"].values())
+    assert sizes == {r["method"]: r["G"] for r in table("dcsgd", "I")["rows"]}
 
 
 def test_dpdr_tables():

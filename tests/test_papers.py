@@ -71,7 +71,7 @@ def test_psasc_table_and_figure_on_no_results(tmp_path):
 def test_dcsgd_grids_are_table_vii_and_sgd_multiplies_them_by_the_learning_rates():
     rep = dcsgd.Reproduction()
     assert rep.grids_are_table_vii()
-    for method in dcsgd.TUNED:
+    for method in dcsgd.TUNED_HYPERPARAMETERS:
         adam, sgd = rep.grid_of("IV", method), rep.grid_of("V", method)
         assert len(sgd) == 20 * len(adam) and {p["lr"] for p in sgd} == set(rep.lr_grid)
     assert rep.grid_of("VIII", "autos") == [{}]

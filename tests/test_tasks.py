@@ -7,9 +7,9 @@ import torch
 from dpbook import models, text
 from dpbook.repro import reproduce
 from dpbook.repro.experiment import Experiment, build_task_model, load_task_data, smoke_data
+from dpbook.repro.papers.dcsgd import DCSGD_SETTINGS
 from dpbook.repro.reproduce import training_size
 from dpbook.tasks import TASKS
-from dpbook.tuning import DCSGD_SETTINGS
 
 
 @pytest.mark.parametrize("name", ["digits", "mnist5k"])

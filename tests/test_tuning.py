@@ -1,6 +1,7 @@
 """Privacy cost of hyperparameter tuning: Theorem 1 (Liu-Talwar, as the DC-SGD paper states it) by hand, the G-fold
 RDP composition recomputed by the accountant, which protocol is cheaper where, the charged grid-search runner on
-deterministic stand-ins for training, and every bad-input error."""
+deterministic stand-ins for training, and every bad-input error; on DC-SGD's settings and grids, which its
+reproduction module holds (:mod:`dpbook.repro.papers.dcsgd`)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ import pytest
 import dpbook.tuning as tuning
 from dpbook import accounting
 from dpbook.accounting import epsilon, epsilon_of_history, noise_multiplier
+from dpbook.repro.papers.dcsgd import DCSGD_SETTINGS, GRID_SIZES, GRID_SIZES_SGD, paper_grid
 from dpbook.sampling import PoissonSampler
 from dpbook.tuning import (
-    DCSGD_SETTINGS,
-    GRID_SIZES,
-    GRID_SIZES_SGD,
     LT_DELTA2,
     PROTOCOLS,
     calibrate_sigma,
@@ -26,7 +25,6 @@ from dpbook.tuning import (
     lt_gamma,
     lt_max_runs,
     lt_theorem,
-    paper_grid,
     per_run_budget,
     tuning_plan,
 )

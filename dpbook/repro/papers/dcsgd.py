@@ -19,24 +19,28 @@ training, not accuracies: :mod:`.dcsgd_figures`.
 from __future__ import annotations
 
 __all__ = [
-    "STUDY", "TABLES", "PROTOCOL", "OPTIMIZER", "PAPER_EPOCHS", "MODEL_NAMES", "DATASET_NAMES", "LABELS", "TUNED",
-    "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "paper_table", "rename", "Reproduction", "table_cells", "hms"
+    "STUDY", "TABLES", "PROTOCOL", "OPTIMIZER", "PAPER_EPOCHS", "MODEL_NAMES", "DATASET_NAMES", "LABELS",
+    "paper_table", "TABLE_VII", "TUNED_HYPERPARAMETERS", "paper_grid", "GRID_SIZES", "GRID_SIZES_SGD", "Setting",
+    "DCSGD_SETTINGS", "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "rename", "Reproduction", "table_cells", "hms"
 ]
 
 import collections
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from dpbook import checks
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter
 from dpbook.repro.params import check_known, listing
 from dpbook.repro.sweep import run_all
-from dpbook.tuning import TABLE_VII, paper_grid
+from dpbook.tasks import TASKS
+from dpbook.tuning import grid_product
 
 STUDY = "dcsgd"
 #: The paper's tables of results (Table I is times) and the transcribed file of each.
@@ -49,9 +53,6 @@ MODEL_NAMES = {"mnist_cnn": "CNN", "resnet18_gn": "ResNet18", "resnet34_gn": "Re
 DATASET_NAMES = {"mnist": "MNIST", "cifar10": "CIFAR10", "svhn": "SVHN", "qnli": "QNLI", "names": "NAMES"}
 LABELS = {"dpsgd": "DP-SGD", "dcsgd-p": "DC-SGD-P", "dcsgd-e": "DC-SGD-E", "adaclip": "Andrew et al.",
           "dynamic": "Du et al.", "autos": "AutoClip"}
-#: The methods Table VII gives a grid for (AutoClip tunes nothing, App. G).
-TUNED = ["dpsgd", "dcsgd-p", "dcsgd-e", "adaclip", "dynamic"]
-PAPER_SYMBOLS = {"C0": "C_0"}  # tuning.paper_grid's names -> the methods' keyword arguments
 #: figure -> (swept hyperparameter, methods, panels (dataset, model)); Sec. VI-C and App. F.
 FIGURES = {
     "5": ("p", ["dcsgd-p"], [("svhn", "resnet18_gn"), ("qnli", "bert_base")]),
@@ -67,7 +68,88 @@ FIGURE_DEFAULTS = {"b": 20}  # a point at the default is the default run (shared
 @functools.cache
 def paper_table(t: str) -> dict:
     """Table ``t`` ("I", "II", ...) as transcribed in ``data/paper``."""
-    return results.load_paper_table(f"dcsgd_table{({'I': 1, **TABLES})[t]}")
+    return results.load_paper_table(f"dcsgd_table{({'I': 1, 'VI': 6, 'VII': 7, **TABLES})[t]}")
+
+
+#: Table VII (Appendix E): the candidate values of every tuned hyperparameter.
+#: "lr" is the learning rate eta, {2^i x 1e-5, i = 0..19}, and is tuned only with SGD (momentum 0.9).
+TABLE_VII: dict[str, tuple[float, ...]] = {row["hyperparameter"]: tuple(row["values"])
+                                           for row in paper_table("VII")["rows"]}
+
+#: Table VI: the hyperparameters each method tunes (besides the SGD learning rate), each mapped to the Table VII
+#: row its candidates come from. Du et al.'s "C" is its initial threshold C_0. The names are the paper's symbols
+#: (:data:`PAPER_SYMBOLS` maps them to the methods' keyword arguments). AutoClip tunes nothing (App. G).
+TUNED_HYPERPARAMETERS: dict[str, dict[str, str]] = {row["method"]: row["hyperparameters"]
+                                                    for row in paper_table("VI")["rows"]}
+
+
+def paper_grid(method: str, optimizer: str = "adam") -> list[dict[str, float]]:
+    """The grid of Tables VI and VII for ``method``, as a list of hyperparameter dicts (the paper's symbols).
+
+    With ``optimizer="adam"`` the learning rate is not tuned (Adam defaults, Sec. V-C). With ``"sgd"`` every point
+    is combined with the 20 learning rates of Table VII.
+
+    >>> paper_grid("adaclip")[:2]
+    [{'p': 0.1, 'eta_C': 0.1}, {'p': 0.1, 'eta_C': 0.15}]
+    >>> paper_grid("dcsgd-e"), len(paper_grid("dcsgd-e", "sgd"))
+    ([{}], 20)
+    """
+    checks.one_of("method", method, sorted(TUNED_HYPERPARAMETERS))
+    checks.one_of("optimizer", optimizer, ("adam", "sgd"), "Table VI")
+    axes = {name: TABLE_VII[row] for name, row in TUNED_HYPERPARAMETERS[method].items()}
+    if optimizer == "sgd":
+        axes["lr"] = TABLE_VII["lr"]
+    return grid_product(**axes)
+
+
+#: Grid sizes G with Adam (Table I's multipliers): DP-SGD 10, DC-SGD-P 9, DC-SGD-E 1, Andrew 45, Du 90.
+GRID_SIZES: dict[str, int] = {m: len(paper_grid(m, "adam")) for m in TUNED_HYPERPARAMETERS}
+#: Grid sizes G with SGD (times the 20 learning rates): 200, 180, 20, 900, 1800.
+GRID_SIZES_SGD: dict[str, int] = {m: len(paper_grid(m, "sgd")) for m in TUNED_HYPERPARAMETERS}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One experimental setting of the paper (Sec. V, Appendix D): N training examples, epochs, B = 256.
+
+    ``steps`` is the paper's count, T = ceil(N epochs / B) (2,344 for MNIST), used wherever the book reproduces
+    its privacy tables. A :class:`dpbook.train.Trainer` run takes epochs x round(N/B) steps (2,340 for MNIST), never
+    more than this count for these settings, so a sigma calibrated here covers it. ``delta`` is 1/N, as in the
+    paper.
+
+    >>> s = DCSGD_SETTINGS["mnist"]
+    >>> s.sample_rate == 256 / 60000, s.steps, s.delta == 1 / 60000
+    (True, 2344, True)
+    """
+
+    name: str
+    N: int
+    epochs: int
+    model: str
+    expected_batch_size: int = 256
+
+    @property
+    def sample_rate(self) -> float:
+        return self.expected_batch_size / self.N
+
+    @property
+    def steps(self) -> int:
+        return math.ceil(self.N * self.epochs / self.expected_batch_size)
+
+    @property
+    def delta(self) -> float:
+        return 1 / self.N
+
+
+#: The paper's four main settings: epochs (Sec. V-C) and models; the training-set sizes (Appendix D) are the
+#: standard splits' of the task registry.
+DCSGD_SETTINGS: dict[str, Setting] = {
+    key: Setting(TASKS[key].title, TASKS[key].train_size, epochs, model)
+    for key, epochs, model in (("mnist", 10, "CNN"), ("cifar10", 20, "ResNet18/34"), ("svhn", 20, "ResNet18/34"),
+                               ("qnli", 5, "BERT-base"))
+}
+
+PAPER_SYMBOLS = {"C0": "C_0"}  # paper_grid's names -> the methods' keyword arguments
 
 
 def rename(point: dict) -> dict:
@@ -156,7 +238,7 @@ class Reproduction(Chapter):
         """With no override, the grids are Table VII's: Adam's, and SGD's times its learning rates."""
         return self.grids is not None or self.sgd_lrs is not None or all(
             self.grid_of("IV", m) == [rename(p) for p in paper_grid(m, "adam")]
-            and self.grid_of("V", m) == [rename(p) for p in paper_grid(m, "sgd")] for m in TUNED)
+            and self.grid_of("V", m) == [rename(p) for p in paper_grid(m, "sgd")] for m in TUNED_HYPERPARAMETERS)
 
     def base_of(self, t: str, model: str, dataset: str, epsilon: float, method: str,
                 **hyperparameters) -> Experiment:
