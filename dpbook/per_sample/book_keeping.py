@@ -38,7 +38,6 @@ from __future__ import annotations
 __all__ = ["SELF_CHECK_EXAMPLES", "Unsupported", "BookKeeping"]
 
 import contextlib
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -125,16 +124,12 @@ class _Layer:
     prefix: str
     module: nn.Module
     names: set[str]  # its own trainable parameters' local names
-    rule: Callable | None  # layers.rule_for(module), looked up once
+    rule: layers.Rule  # layers.rule_for(module), looked up once
     calls: list[_Call] = field(default_factory=list)
-
-    def sequence(self) -> bool:
-        """A linear or embedding layer: its calls are one call over a longer sequence, whatever their number."""
-        return self.rule in (layers.linear, layers.embedding)
 
     def generic(self, calls: int) -> bool:
         """Does the generic (vmap) rule give this layer's per-sample gradients, for this number of calls?"""
-        return self.rule is None or (calls > 1 and not self.sequence())
+        return not self.rule.takes(calls)
 
 
 class BookKeeping:
@@ -204,18 +199,10 @@ class BookKeeping:
 
     @staticmethod
     def _plan_row(layer: _Layer, calls: list, device) -> dict:
-        module, rule = layer.module, layer.rule
-        positions = sum(math.prod(out[1:-1] if layer.sequence() else out[2:]) for _, out in calls)
-        if not calls:
-            strategy = "not called"
-        elif layer.generic(len(calls)):
-            strategy = f"{layers.FORMED}, vmap of the layer"
-        elif rule is layers.linear:
-            strategy = layers.linear_strategy(positions, module.in_features, module.out_features)
-        elif rule is layers.conv:
-            strategy = layers.conv_strategy(module, positions, device)
-        else:
-            strategy = layers.GHOST if rule is layers.embedding else layers.FORMED
+        module = layer.module
+        positions = sum(layer.rule.positions(out) for _, out in calls)
+        rule = layers.GENERIC if layer.generic(len(calls)) else layer.rule
+        strategy = rule.strategy(module, positions, device) if calls else "not called"
         trainable = sum(p.numel() for k, p in module.named_parameters(recurse=False) if k in layer.names)
         return {"layer": layer.prefix, "type": type(module).__name__, "trainable": trainable,
                 "positions": positions, "strategy": strategy}
@@ -240,7 +227,8 @@ class BookKeeping:
             prefix, current = None, {}
             for (owner, local), p in zip(self._owners, self.params):  # a layer's parameters are adjacent
                 if owner != prefix:
-                    prefix, current = owner, results[owner].weighted(w) if owner in results else {}
+                    prefix = owner
+                    current = results[owner].weighted(w) if owner in results else {}
                 yield current.pop(local) if local in current else torch.zeros_like(p)
 
         return sq.sqrt(), summed
@@ -268,7 +256,8 @@ class BookKeeping:
         outputs = [call.output for _, call in calls]  # an output the loss does not use gets a zero gradient
         grads = torch.autograd.grad(losses.sum(), outputs, allow_unused=True, materialize_grads=True) if calls else []
         for (layer, call), g in zip(calls, grads):  # the generic rule compares its re-run with the output
-            call.g, call.output = g, call.output.detach() if layer.generic(len(layer.calls)) else None
+            call.g = g
+            call.output = call.output.detach() if layer.generic(len(layer.calls)) else None
 
     @staticmethod
     def _recorder(layer: _Layer):
@@ -284,15 +273,10 @@ class BookKeeping:
 
     # --- one layer ----------------------------------------------------------------------------------------
     def _layer_grads(self, layer: _Layer, n: int) -> layers.LayerGrads:
-        module, names, rule = layer.module, layer.names, layer.rule
-        if layer.sequence():  # several calls = one call over a longer sequence
-            tail = (module.in_features,) if rule is layers.linear else ()
-            a = _cat([call.inputs[0].detach().reshape(n, -1, *tail) for call in layer.calls])
-            g = _cat([call.g.reshape(n, -1, call.g.shape[-1]) for call in layer.calls])
-            return rule(module, a, g, names)
         if layer.generic(len(layer.calls)):
             return layers.instantiated(self._generic(layer))
-        return rule(module, layer.calls[0].inputs[0].detach(), layer.calls[0].g, names)
+        a, g = layer.rule.gather(layer.module, [(call.inputs[0].detach(), call.g) for call in layer.calls], n)
+        return layer.rule(layer.module, a, g, layer.names)
 
     def _generic(self, layer: _Layer) -> dict[str, torch.Tensor]:
         """Any other layer, or a layer called several times: its per-sample gradients, summed over the calls."""
@@ -357,9 +341,6 @@ def _exact_matmuls():
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
-
-def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def _qualified(prefix: str, local: str) -> str:

@@ -18,19 +18,32 @@ convolutional neural networks with differential privacy", mixed ghost clipping):
   output gradients scaled by w: :math:`\sum_i w_i g_i^\top a_i = (w \odot g)^\top a` (Book-Keeping, Bu et al. 2022,
   "Differentially private optimization on large model at small cost"): no second backward pass.
 
-A layer no rule knows gets :func:`generic`: its per-sample gradients by ``torch.func`` (``vmap`` of a ``vjp`` of
-that layer alone), exact for any layer that treats examples independently.
+A rule is an object (:class:`Rule`), one per layer type, registered for the exact types it knows with
+:func:`register` (as Opacus registers its grad samplers): it says which settings of the layer it computes exactly
+(``supports``), whether it takes a layer called several times (``takes``: a linear or embedding layer's calls are one
+call over a longer sequence, :class:`SequenceRule`), how it gathers the stored input and output gradient of the calls
+(``gather``), how many positions a call has and which strategy it picks for them (``positions``, ``strategy``), and
+the norms and sum themselves (calling it). A layer no rule knows, or a layer called more often than its rule takes,
+gets :data:`GENERIC`: its per-sample gradients by :func:`generic`, ``torch.func`` (``vmap`` of a ``vjp`` of that
+layer alone), exact for any layer that treats examples independently.
+
+    >>> rule = rule_for(nn.Linear(4, 3))
+    >>> type(rule).__name__, rule.takes(2), rule.strategy(nn.Linear(4, 3), 1, torch.device("cpu"))
+    ('LinearRule', True, 'norm product')
+    >>> rule_for(nn.Conv2d(1, 2, 3, padding="same")) is GENERIC  # string padding: no rule computes it
+    True
 """
 
 from __future__ import annotations
 
 __all__ = [
     "Weighted", "LayerGrads", "instantiated", "formed", "NORM_PRODUCT", "GHOST", "FORMED", "GROUPED",
-    "ghost_is_cheaper", "linear_strategy", "linear", "conv", "GROUPED_WORK",
-    "GROUPED_EXAMPLES", "conv_strategy", "group_norm", "layer_norm", "embedding",
-    "generic", "RULES", "rule_for"
+    "ghost_is_cheaper", "Rule", "SequenceRule", "GenericRule", "GENERIC", "RULES", "register", "rule_for",
+    "LinearRule", "ConvRule", "GROUPED_WORK", "GROUPED_EXAMPLES", "GroupNormRule", "LayerNormRule", "EmbeddingRule",
+    "generic"
 ]
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -77,7 +90,7 @@ NORM_PRODUCT = "norm product"  # T = 1: ||g a^T|| = ||g|| ||a||
 GHOST = "ghost norm"
 FORMED = "per-sample gradient"
 GROUPED = "per-sample gradient, grouped calls"
-"""How a rule gets a weight's per-sample norms (:func:`linear_strategy`, :func:`conv_strategy`)."""
+"""How a rule gets a weight's per-sample norms (:meth:`Rule.strategy`)."""
 
 
 def ghost_is_cheaper(T: int, d: int, p: int) -> bool:
@@ -96,29 +109,119 @@ def _gram_sq_norms_t(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return (a.mT @ a).mul_(g.mT @ g).sum((1, 2)).clamp_(min=0)
 
 
+# --- what a rule is, and which rule a layer gets ----------------------------------------------------------------
+
+
+class Rule:
+    """One layer type's per-sample norms and re-weighted sum from the stored input ``a`` and output gradient ``g``
+    of its call. This base takes a layer called once, with positions along the dimensions after the channels
+    ``(n, C, *positions)``; a rule of its own overrides what differs, and ``__call__``."""
+
+    def supports(self, module: nn.Module) -> bool:
+        """Does the rule compute this layer's settings exactly? Else the layer gets :data:`GENERIC`."""
+        return True
+
+    def takes(self, calls: int) -> bool:
+        """Does the rule compute a layer called ``calls`` times in one forward? Else :data:`GENERIC` does."""
+        return calls == 1
+
+    def positions(self, output_shape: torch.Size) -> int:
+        """The positions (T or L) of one call, from its output's shape."""
+        return math.prod(output_shape[2:])
+
+    def gather(self, module: nn.Module, calls: list[tuple[torch.Tensor, torch.Tensor]],
+               n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, g)`` of the ``calls``, each its stored ``(input, output gradient)``, over ``n`` examples."""
+        return calls[0]
+
+    def strategy(self, module: nn.Module, positions: int, device: torch.device) -> str:
+        """How the rule gets the layer's per-sample norms at this many positions, on this device."""
+        return FORMED
+
+    def __call__(self, module: nn.Module, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+        """The layer's :class:`LayerGrads` for its trainable parameters ``names`` (local names)."""
+        raise NotImplementedError(f"{type(self).__name__} computes no norms from (a, g): see generic()")
+
+
+class SequenceRule(Rule):
+    """A layer applied position by position, ``(n, *positions, features)``: its calls in one forward are one call
+    over a longer sequence (an LSTM's linear maps at every time step), whatever their number."""
+
+    def takes(self, calls: int) -> bool:
+        return True
+
+    def positions(self, output_shape: torch.Size) -> int:
+        return math.prod(output_shape[1:-1])
+
+    def tail(self, module: nn.Module) -> tuple[int, ...]:
+        """The shape of one position of the stored input (the features a linear layer reads, none for ids)."""
+        return ()
+
+    def gather(self, module: nn.Module, calls: list[tuple[torch.Tensor, torch.Tensor]],
+               n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The calls' inputs ``(n, T, *tail)`` and output gradients ``(n, T, p)`` concatenated along positions."""
+        a = _cat([x.reshape(n, -1, *self.tail(module)) for x, _ in calls])
+        g = _cat([g.reshape(n, -1, g.shape[-1]) for _, g in calls])
+        return a, g
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+RULES: dict[type[nn.Module], Rule] = {}
+"""The layers a rule knows, by exact type: a subclass may compute something else in its own ``forward``."""
+
+
+def register(*types: type[nn.Module]) -> Callable[[type[Rule]], type[Rule]]:
+    """Class decorator: one instance of the rule, in :data:`RULES` for each of ``types``."""
+    def decorate(cls: type[Rule]) -> type[Rule]:
+        rule = cls()
+        for t in types:
+            RULES[t] = rule
+        return cls
+    return decorate
+
+
+def rule_for(module: nn.Module) -> Rule:
+    """The rule of a layer that takes one tensor, or :data:`GENERIC`: a known type whose trainable parameters are
+    its ``weight`` and ``bias`` (not, e.g., pruning's ``weight_orig``), in a setting its rule supports."""
+    rule = RULES.get(type(module), GENERIC)
+    names = {k for k, p in module.named_parameters(recurse=False) if p.requires_grad}
+    if names <= {"weight", "bias"} and rule.supports(module):
+        return rule
+    return GENERIC
+
+
 # --- nn.Linear ------------------------------------------------------------------------------------------------
 
 
-def linear_strategy(T: int, d: int, p: int) -> str:
-    """A linear layer d -> p at T positions: the norm product at T = 1, else the cheaper of ghost and formed."""
-    return NORM_PRODUCT if T == 1 else GHOST if ghost_is_cheaper(T, d, p) else FORMED
-
-
-def linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+@register(nn.Linear)
+class LinearRule(SequenceRule):
     """``y = a W^T + b`` at T positions: a (n, T, d), g (n, T, p) (a sequence, or the calls of a reused layer)."""
-    parts = []
-    if "weight" in names:
-        strategy = linear_strategy(a.shape[1], a.shape[2], g.shape[2])
-        if strategy == NORM_PRODUCT:
-            sq = a.square().sum((1, 2)) * g.square().sum((1, 2))
-            parts.append(LayerGrads(sq, lambda w: {"weight": _linear_sum(a, g, w)}))
-        elif strategy == GHOST:
-            parts.append(LayerGrads(_gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
-        else:  # formed only when T (d + p) >= d p: never larger than (a, g), so kept for the sum
-            parts.append(instantiated({"weight": g.mT @ a}))
-    if "bias" in names:
-        parts.append(instantiated({"bias": g.sum(1)}))
-    return _combine(parts)
+
+    def tail(self, module: nn.Linear) -> tuple[int, ...]:
+        return (module.in_features,)
+
+    def strategy(self, module: nn.Linear, positions: int, device: torch.device) -> str:
+        """The norm product at T = 1, else the cheaper of ghost and formed."""
+        T, d, p = positions, module.in_features, module.out_features
+        return NORM_PRODUCT if T == 1 else GHOST if ghost_is_cheaper(T, d, p) else FORMED
+
+    def __call__(self, module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+        parts = []
+        if "weight" in names:
+            strategy = self.strategy(module, a.shape[1], a.device)
+            if strategy == NORM_PRODUCT:
+                sq = a.square().sum((1, 2)) * g.square().sum((1, 2))
+                parts.append(LayerGrads(sq, lambda w: {"weight": _linear_sum(a, g, w)}))
+            elif strategy == GHOST:
+                parts.append(LayerGrads(_gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
+            else:  # formed only when T (d + p) >= d p: never larger than (a, g), so kept for the sum
+                parts.append(instantiated({"weight": g.mT @ a}))
+        if "bias" in names:
+            parts.append(instantiated({"bias": g.sum(1)}))
+        return _combine(parts)
 
 
 def _linear_sum(a: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -129,33 +232,53 @@ def _linear_sum(a: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tens
 # --- nn.Conv1d / nn.Conv2d ------------------------------------------------------------------------------------
 
 
-def conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+@register(nn.Conv1d, nn.Conv2d)
+class ConvRule(Rule):
     """A convolution with zero padding: a ``(n, C_in, *spatial)``, g ``(n, C_out, *spatial_out)``.
 
     Its weight gradient is a linear layer's at the L output positions, on the unfolded input patches of
     dimension d = C_in k / groups: the ghost norm costs L^2 (d + C_out) per example, forming the gradient L d C_out.
     """
-    parts = []
-    if "weight" in names:
-        strategy = conv_strategy(module, g[0, 0].numel(), a.device)
+
+    def supports(self, module: nn.Conv1d | nn.Conv2d) -> bool:
+        """Numeric zero padding (string padding and other padding modes go to :data:`GENERIC`)."""
+        return module.padding_mode == "zeros" and not isinstance(module.padding, str)
+
+    def strategy(self, module: nn.Conv1d | nn.Conv2d, positions: int, device: torch.device) -> str:
+        """The ghost norm where cheaper (groups = 1), else the per-sample gradients, by grouped weight-gradient
+        calls on a CPU for large layers (or any grouped convolution), else by the unfolded input times the output
+        gradient (the way on a GPU)."""
+        L, d, p = positions, module.weight[0].numel(), module.out_channels
+        if module.groups == 1 and ghost_is_cheaper(L, d, p):
+            return GHOST
+        if module.groups != 1 or (device.type == "cpu" and L * d * p >= GROUPED_WORK):
+            return GROUPED
+        return FORMED
+
+    def __call__(self, module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor,
+                 names: set[str]) -> LayerGrads:
+        parts = []
+        if "weight" in names:
+            parts.append(self._weight(module, a, g))
+        if "bias" in names:
+            parts.append(instantiated({"bias": g.flatten(2).sum(2)}))
+        return _combine(parts)
+
+    def _weight(self, module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> LayerGrads:
+        strategy = self.strategy(module, g[0, 0].numel(), a.device)
 
         def product(w):
             return {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}
 
         if strategy == GHOST:
             sq = _gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
-            parts.append(LayerGrads(sq, product))
-        elif strategy == GROUPED:
+            return LayerGrads(sq, product)
+        if strategy == GROUPED:
             G = torch.cat([_grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
                            for s in range(0, len(a), GROUPED_EXAMPLES)])
-            parts.append(formed("weight", G, a, g, product))
-        else:
-            G = g.flatten(2) @ _unfold(module, a).mT  # (n, C_out, C_in k)
-            parts.append(formed("weight", G.reshape(len(a), *module.weight.shape), a, g, product))
-    if "bias" in names:
-        parts.append(instantiated({"bias": g.flatten(2).sum(2)}))
-    return _combine(parts)
-
+            return formed("weight", G, a, g, product)
+        G = g.flatten(2) @ _unfold(module, a).mT  # (n, C_out, C_in k)
+        return formed("weight", G.reshape(len(a), *module.weight.shape), a, g, product)
 
 def _bcast(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return w.reshape(-1, *([1] * (like.dim() - 1)))
@@ -208,34 +331,20 @@ m times the groups, give the m per-sample gradients at once (m = 16 was the fast
 layers: 1.6x to 2x faster than one example per call)."""
 
 
-def conv_strategy(module: nn.Conv1d | nn.Conv2d, L: int, device: torch.device) -> str:
-    """A convolution with L output positions: the ghost norm where cheaper (groups = 1), else the per-sample
-    gradients, by grouped weight-gradient calls on a CPU for large layers (or any grouped convolution), else by the
-    unfolded input times the output gradient (the way on a GPU)."""
-    d, p = module.weight[0].numel(), module.out_channels
-    if module.groups == 1 and ghost_is_cheaper(L, d, p):
-        return GHOST
-    if module.groups != 1 or (device.type == "cpu" and L * d * p >= GROUPED_WORK):
-        return GROUPED
-    return FORMED
-
-
-def _conv_supported(module: nn.Conv1d | nn.Conv2d) -> bool:
-    """Numeric zero padding (string padding and other padding modes go to :func:`generic`)."""
-    return module.padding_mode == "zeros" and not isinstance(module.padding, str)
-
-
 # --- normalisation layers -------------------------------------------------------------------------------------
 
 
-def group_norm(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+@register(nn.GroupNorm)
+class GroupNormRule(Rule):
     """``y = x_hat * weight + bias`` per channel, x_hat normalised per example and group: a, g ``(n, C, *)``."""
-    grads = {}
-    if "weight" in names:
-        grads["weight"] = _sum_over(g * F.group_norm(a, module.num_groups, eps=module.eps), range(2, a.dim()))
-    if "bias" in names:
-        grads["bias"] = _sum_over(g, range(2, a.dim()))
-    return instantiated(grads)
+
+    def __call__(self, module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+        grads = {}
+        if "weight" in names:
+            grads["weight"] = _sum_over(g * F.group_norm(a, module.num_groups, eps=module.eps), range(2, a.dim()))
+        if "bias" in names:
+            grads["bias"] = _sum_over(g, range(2, a.dim()))
+        return instantiated(grads)
 
 
 def _sum_over(t: torch.Tensor, dims) -> torch.Tensor:
@@ -244,42 +353,65 @@ def _sum_over(t: torch.Tensor, dims) -> torch.Tensor:
     return t.sum(dims) if dims else t
 
 
-def layer_norm(module: nn.LayerNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+@register(nn.LayerNorm)
+class LayerNormRule(Rule):
     """``y = x_hat * weight + bias`` over the last dims ``normalized_shape``: a, g ``(n, *, *normalized_shape)``."""
-    dims = range(1, a.dim() - len(module.normalized_shape))
-    grads = {}
-    if "weight" in names:
-        grads["weight"] = _sum_over(g * F.layer_norm(a, module.normalized_shape, eps=module.eps), dims)
-    if "bias" in names:
-        grads["bias"] = _sum_over(g, dims)
-    return instantiated(grads)
+
+    def __call__(self, module: nn.LayerNorm, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+        dims = range(1, a.dim() - len(module.normalized_shape))
+        grads = {}
+        if "weight" in names:
+            grads["weight"] = _sum_over(g * F.layer_norm(a, module.normalized_shape, eps=module.eps), dims)
+        if "bias" in names:
+            grads["bias"] = _sum_over(g, dims)
+        return instantiated(grads)
 
 
 # --- nn.Embedding ---------------------------------------------------------------------------------------------
 
 
-def embedding(module: nn.Embedding, ids: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+@register(nn.Embedding)
+class EmbeddingRule(SequenceRule):
     r"""Row lookup: ids (n, T), g (n, T, p). Example i's gradient adds g_it to row ids_it, so its squared norm is
     :math:`\sum_{t,t'} [\mathrm{id}_t = \mathrm{id}_{t'}] \langle g_t, g_{t'}\rangle` (ghost; the V x p per-sample
     gradient is never formed). The padding row gets no gradient, as in ``nn.Embedding``."""
-    if module.padding_idx is not None:
-        g = g * (ids != module.padding_idx).unsqueeze(-1)
-    same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
-    sq = (same * (g @ g.mT)).sum((1, 2)).clamp(min=0)
 
-    def weighted(w):
-        rows = (g * w[:, None, None]).flatten(0, 1)
-        return {"weight": torch.zeros_like(module.weight).index_add_(0, ids.flatten(), rows)}
+    def supports(self, module: nn.Embedding) -> bool:
+        """Dense embeddings whose gradient does not depend on the batch (``scale_grad_by_freq`` counts batch-wide)."""
+        return not module.scale_grad_by_freq and not module.sparse
 
-    return LayerGrads(sq, weighted)
+    def strategy(self, module: nn.Embedding, positions: int, device: torch.device) -> str:
+        return GHOST
 
+    def __call__(self, module: nn.Embedding, ids: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
+        if module.padding_idx is not None:
+            g = g * (ids != module.padding_idx).unsqueeze(-1)
+        same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
+        sq = (same * (g @ g.mT)).sum((1, 2)).clamp(min=0)
 
-def _embedding_supported(module: nn.Embedding) -> bool:
-    """Dense embeddings whose gradient does not depend on the batch (``scale_grad_by_freq`` counts batch-wide)."""
-    return not module.scale_grad_by_freq and not module.sparse
+        def weighted(w):
+            rows = (g * w[:, None, None]).flatten(0, 1)
+            return {"weight": torch.zeros_like(module.weight).index_add_(0, ids.flatten(), rows)}
+
+        return LayerGrads(sq, weighted)
 
 
 # --- any other layer ------------------------------------------------------------------------------------------
+
+
+class GenericRule(Rule):
+    """Any other layer, or a layer called more often than its rule takes: it takes no ``(a, g)``; the engine gets
+    the layer's per-sample gradients by :func:`generic` (``vmap`` of the layer alone), call by call."""
+
+    def takes(self, calls: int) -> bool:
+        return False
+
+    def strategy(self, module: nn.Module, positions: int, device: torch.device) -> str:
+        return f"{FORMED}, vmap of the layer"
+
+
+GENERIC = GenericRule()
+"""The rule of a layer no rule knows."""
 
 
 def generic(module: nn.Module, inputs: tuple[torch.Tensor, ...], g: torch.Tensor,
@@ -297,23 +429,3 @@ def generic(module: nn.Module, inputs: tuple[torch.Tensor, ...], g: torch.Tensor
         return pullback(g_i.unsqueeze(0))[0], output.squeeze(0)
 
     return vmap(one, randomness="different")(inputs, g)
-
-
-# --- which rule -----------------------------------------------------------------------------------------------
-
-
-RULES = {nn.Linear: linear, nn.Conv1d: conv, nn.Conv2d: conv, nn.GroupNorm: group_norm, nn.LayerNorm: layer_norm,
-         nn.Embedding: embedding}
-"""The layers a rule knows, by exact type: a subclass may compute something else in its own ``forward``."""
-
-
-def rule_for(module: nn.Module) -> Callable | None:
-    """The rule of a layer that takes one tensor, or None (then :func:`generic`): a known type whose trainable
-    parameters are its ``weight`` and ``bias`` (not, e.g., pruning's ``weight_orig``), in a supported setting."""
-    rule = RULES.get(type(module))
-    names = {k for k, p in module.named_parameters(recurse=False) if p.requires_grad}
-    if rule is None or not names <= {"weight", "bias"}:
-        return None
-    if (rule is conv and not _conv_supported(module)) or (rule is embedding and not _embedding_supported(module)):
-        return None
-    return rule
