@@ -17,7 +17,6 @@ from dpbook.audit import statistics
 from dpbook.audit.broken import BROKEN, audit_broken
 from dpbook.audit.one_run import WithCanaries, dirac_canaries, one_run_audit
 from dpbook.audit.one_step import FAST_TRIALS, audit
-from dpbook.audit.scenarios import SCENARIOS
 from dpbook.methods import METHODS
 from dpbook.per_sample import PerSampleGradients
 
@@ -62,10 +61,6 @@ def test_one_run_bound_is_the_binomial_test_without_delta():
 
 
 # --- every method, one step ------------------------------------------------------------------------------------
-
-def test_every_registered_method_has_an_audit_scenario():
-    assert set(SCENARIOS) == set(METHODS)
-
 
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_method_leaks_no_more_than_it_is_charged(name):

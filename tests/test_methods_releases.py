@@ -10,7 +10,6 @@ from torch import nn
 
 from dpbook.accounting import sigma_eff
 from dpbook.audit.broken import DataDependentNoise, HalfNoise
-from dpbook.audit.scenarios import SCENARIOS
 from dpbook.methods import METHODS, Method
 from dpbook.methods.base import GaussianNoise, Release, gradient_sensitivity
 from dpbook.optim import DPOptimizer
@@ -29,7 +28,7 @@ VARIED = {
 
 
 def hyperparameters(name: str) -> dict:
-    return VARIED.get(name, SCENARIOS[name].hyperparameters)
+    return VARIED.get(name, METHODS[name].declaration.example)
 
 
 class RecordingNoise(GaussianNoise):

@@ -1,7 +1,7 @@
 """Empirical privacy auditing: does a method's release leak no more than it is charged?
 
 - :mod:`dpbook.audit.statistics`: Clopper-Pearson bounds, epsilon and mu lower bounds, Steinke et al.'s one-run bound;
-- :mod:`dpbook.audit.scenarios`: the canary and the worst-case state of every registered method;
+- :mod:`dpbook.audit.scenarios`: the canary and the worst-case state of every registered method, as each declares it;
 - :mod:`dpbook.audit.one_step`: the one-step white-box audit through each method's own release;
 - :mod:`dpbook.audit.broken`: deliberately broken methods, registered here only, that the audit must flag;
 - :mod:`dpbook.audit.one_run`: the audit of a whole training run with many canaries (Steinke et al. 2023);

@@ -1,7 +1,7 @@
 r"""The one-step white-box audit: many releases of one private step with and without a canary, through the
 method's own ``start / accumulate / release``.
 
-For a method put in the state of its :class:`~dpbook.audit.scenarios.Scenario`, ``trials`` releases are drawn on
+For a method put in the state of its :class:`~dpbook.methods.scenario.Scenario`, ``trials`` releases are drawn on
 the background batch D and ``trials`` on D' = D plus the canary (at sample rate q < 1 the canary joins each D'
 batch with probability q, Poisson sampling). Each release is reduced to a *score*:
 
@@ -43,10 +43,11 @@ import numpy as np
 import torch
 
 from dpbook import accounting, checks
-from dpbook.audit.scenarios import SCENARIOS, Scenario, background, zeros
+from dpbook.audit.scenarios import SCENARIOS
 from dpbook.audit.statistics import CONFIDENCE, certify
 from dpbook.methods import METHODS
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch, gradient_sensitivity
+from dpbook.methods.scenario import Scenario, background, zeros
 from dpbook.per_sample import Grads, flat_norms
 
 DELTA = 1e-5

@@ -1,7 +1,8 @@
 """Private-step methods: one module per algorithm, all behind :class:`dpbook.methods.base.Method`.
 
 Every module of this package is imported here, and importing a method module registers its methods
-(``@register("name")``), so adding a method is adding a module.
+(``@register("name")``), so adding a method is adding a module: its class declares everything else the book knows
+about it (:mod:`dpbook.methods.declaration`).
 
     >>> from dpbook.methods import make_method, METHODS
     >>> "dpsgd" in METHODS
@@ -10,16 +11,20 @@ Every module of this package is imported here, and importing a method module reg
     'dpsgd'
 """
 
-__all__ = ["METHODS", "DPSGD", "GaussianNoise", "Method", "MicroBatch", "ScaledSum", "make_method", "register"]
+__all__ = [
+    "METHODS", "DPSGD", "Declaration", "GaussianNoise", "Method", "MicroBatch", "ScaledSum", "in_book_order",
+    "make_method", "register"
+]
 
 import importlib
 import pkgutil
 
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch, ScaledSum
-from dpbook.methods.registry import METHODS, make_method, register
+from dpbook.methods.declaration import Declaration
+from dpbook.methods.registry import METHODS, in_book_order, make_method, register
 
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("base", "registry"):
+    if _module.name not in ("base", "declaration", "registry", "scenario"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 from dpbook.methods.dpsgd import DPSGD  # noqa: E402

@@ -36,8 +36,11 @@ import torch
 
 from dpbook import accounting, checks
 from dpbook.methods.base import GaussianNoise, MicroBatch, Release, ScaledSum
+from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import Scenario
 from dpbook.per_sample import Grads, clip_factors
+from dpbook.tuning import grid_product
 
 COUNT_SENSITIVITY = 0.5
 """One example moves the centred count ``sum_i (1[||g_i|| <= C] - 1/2)`` by at most 1/2 (added or removed)."""
@@ -81,6 +84,17 @@ class AdaClip(ScaledSum):
         >>> m.sigma_b, round(m.sigma_delta, 5), m.noise_multiplier()
         (12.8, 1.00076, 1.0)
     """
+
+    declaration = Declaration(
+        label="Andrew et al.", colour="#2ca02c", position=30,
+        audit=Scenario(dict(sigma=1.0, sigma_b=1.0), "C_t = 1 and a canary of norm exactly C_t: it is counted "
+                       "unclipped (+1/2 on the centred count, the most one example moves it) and contributes C_t to "
+                       "the sum; half the background is clipped, so the released fraction sits near 1/2, far from its "
+                       "clamps",
+                       canary_norm=lambda method: method.C),
+        run={"p": 0.5, "eta_C": 0.2},
+        grids={DIGITS: grid_product(p=(0.2, 0.4, 0.5, 0.6, 0.8, 0.9), eta_C=(0.1, 0.2, 0.3)),
+               MNIST5K: grid_product(p=(0.2, 0.5, 0.8), eta_C=(0.1, 0.2, 0.3))})
 
     def __init__(self, *, sigma: float, p: float = 0.5, eta_C: float = 0.2, C_0: float = 1.0,
                  sigma_b: float | None = None):

@@ -17,7 +17,9 @@ import torch
 
 from dpbook import checks, weights
 from dpbook.methods.base import ScaledSum
+from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import Scenario
 
 
 @register("autos")
@@ -31,6 +33,11 @@ class AutoS(ScaledSum):
         >>> m.weights(torch.tensor([0.0, 0.99, 9.99]))
         tensor([100.0000,   1.0000,   0.1000])
     """
+
+    declaration = Declaration(
+        label="Auto-S/NSGD", colour="#8c564b", position=50,
+        audit=Scenario(dict(sigma=1.0), "stateless; the canary's weight 1/(10^6 + gamma) gives it norm 1 - 1e-8"),
+        run={}, grids={DIGITS: [{}], MNIST5K: [{}]})
 
     def __init__(self, *, sigma: float, gamma: float = 0.01):
         super().__init__()

@@ -78,8 +78,11 @@ import torch
 from dpbook import accounting, checks
 from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_histogram, noisy_total
 from dpbook.methods.base import GaussianNoise, MicroBatch, Release, ScaledSum
+from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import Scenario
 from dpbook.per_sample import Grads, clip_factors
+from dpbook.tuning import grid_product
 
 _logger = logging.getLogger(__name__)
 
@@ -400,6 +403,13 @@ class DCSGDP(DCSGD):
         (0.125, 0.25)
     """
 
+    declaration = Declaration(
+        label="DC-SGD-P", colour="#d62728", position=10,
+        audit=Scenario(dict(sigma=1.0, p=0.5), "C_0 = 1, R_0 = 1: the canary lands in the overflow bin, whose count is "
+                       "released with the gradient"),
+        run={"p": 0.5},
+        grids={DIGITS: grid_product(p=(0.2, 0.4, 0.6, 0.8)), MNIST5K: grid_product(p=(0.4, 0.8))})
+
     def __init__(self, *, sigma: float, p: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
                  R_0: float | None = None, min_threshold: float = 1e-8):
         self.p = checks.open_unit("p (fraction of examples left unclipped)", p)
@@ -429,6 +439,11 @@ class DCSGDE(DCSGD):
         >>> round(C_next, 6), R_next, info                   # the right half is almost empty: R halves
         (8.8, 10.0, {'E_repeats': 3.0, 'E_capped': 0.0})
     """
+
+    declaration = Declaration(
+        label="DC-SGD-E", colour="#ff7f0e", position=20,
+        audit=Scenario(dict(sigma=1.0), "C_0 = 1, R_0 = b = 20: the canary lands in the overflow bin"),
+        run={}, grids={DIGITS: [{}], MNIST5K: [{}]})
 
     def __init__(self, *, sigma: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
                  R_0: float | None = None, max_repeats: int = 20, min_threshold: float = 1e-8):

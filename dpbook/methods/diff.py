@@ -51,9 +51,12 @@ import torch
 from dpbook import checks
 from dpbook.accounting import calibrate, epsilon_of_history
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch, Release
+from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
 from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import Scenario, zeros
 from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors, flat_norms, weighted_sum
+from dpbook.tuning import grid_product
 
 
 class _DifferenceMethod(Method):
@@ -139,6 +142,21 @@ class _DifferenceMethod(Method):
         self.previous = [v.clone() for v in state["previous"]]
 
 
+def _previous() -> Grads:
+    """The audited previous release (divided by B) of DIFF and DIFF2, orthogonal to the canary u = e_0."""
+    v = zeros()
+    v[1] += 0.1
+    return v
+
+
+def _prepare_diff(method: "DIFF", grads: Grads) -> None:
+    method.load_state_dict({"t": 1, "previous": _previous()})
+
+
+def _prepare_diff2(method: "DIFF2", grads: Grads) -> None:
+    method.load_state_dict({"t": 1, "previous": _previous(), "w_previous": zeros()})
+
+
 @register("diff")
 class DIFF(_DifferenceMethod):
     r"""DIFF, the DPDR paper's strawman (Eq. (1)): clip and noise ``g_i - g~_{t-1}``, then add ``g~_{t-1}`` back.
@@ -163,6 +181,14 @@ class DIFF(_DifferenceMethod):
     >>> method.releases(), opt.ledger.history
     ((Release(name='difference', sensitivity=0.5, noise_multiplier=1.0, in_gradient=True),), [(1.0, 0.1, 1)])
     """
+
+    declaration = Declaration(
+        label="DIFF", colour="#aec7e8", position=110,
+        audit=Scenario(dict(C_d=1.0, sigma=1.0), "step 2 with a previous release orthogonal to u: the canary's "
+                       "difference has norm about 10^6", prepare=_prepare_diff),
+        run={"C_d": 0.5, "C_g": 1.0},
+        grids={DIGITS: grid_product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,)),
+               MNIST5K: grid_product(C_d=C_GRIDS[MNIST5K], C_g=(1.0,))})
 
     def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None):
         super().__init__(C_d=C_d, sigma=sigma, C_g=C_g)
@@ -246,6 +272,17 @@ class DIFF2(_DifferenceMethod):
     ...                                                                sample_rate=0.1, steps=4), 1e-5)
     True
     """
+
+    declaration = Declaration(
+        label="DIFF2", colour="#98df8a", position=120,
+        audit=Scenario(dict(C_d=1.0, sigma=1.0), "step 2 (a difference step): the canary's gradient at the previous "
+                       "iterate is 0, so its difference is its gradient", prepare=_prepare_diff2),
+        run={"C_d": 0.5, "C_g": 1.0, "restart_every": 2, "restart_noise_ratio": 0.5},
+        # the restart period and the restart-to-difference noise ratio are left open by the papers [DPDR-25]: tuned
+        grids={DIGITS: grid_product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,), restart_every=(5, 50),
+                                    restart_noise_ratio=(1.0, 0.5)),
+               MNIST5K: grid_product(C_d=C_GRIDS[MNIST5K], C_g=(1.0,), restart_every=(5, 50),
+                                     restart_noise_ratio=(1.0,))})
 
     @classmethod
     def from_plan(cls, plan, *, restart_noise_ratio: float = 1.0, **hyperparameters) -> "DIFF2":

@@ -56,7 +56,9 @@ import torch
 from dpbook import checks
 from dpbook.accounting import calibrate, epsilon_of_history, sigma_eff
 from dpbook.methods.base import GaussianNoise, Method, MicroBatch, Release
+from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, dirac, zeros
 from dpbook.per_sample import Grads, clip_factors, weighted_sum
 
 # --------------------------------------------------------------------------------------------------------------
@@ -149,6 +151,24 @@ def rounding_slack(dtype: torch.dtype, d_max: int) -> float:
 # The method
 # --------------------------------------------------------------------------------------------------------------
 
+def _audit_base() -> Grads:
+    """The audited base b: a unit direction per layer, orthogonal to the canary u = e_0 in the first (e_1), e_0 in
+    the second."""
+    b = zeros()
+    b[0][1], b[1][0] = 1.0, 1.0
+    return b
+
+
+def _prepare_audit(method: "DPDR", grads: Grads) -> None:
+    method.load_state_dict({"t": 1, "b": _audit_base(), "released_norms": torch.ones(len(SHAPES), dtype=DTYPE)})
+
+
+def _audit_canary(method: "DPDR") -> Grads:
+    """u + b (both layers' base vectors): huge parallel coefficients and a huge orthogonal part (u), so both clips
+    saturate."""
+    return [d + b for d, b in zip(dirac(), _audit_base())]
+
+
 @register("dpdr")
 class DPDR(Method):
     r"""DPDR: GDR steps ``t = 2..s`` (decompose against ``b``, clip and noise ``g_perp`` and ``alpha``, reconstruct),
@@ -187,6 +207,17 @@ class DPDR(Method):
     >>> method.releases(), method.noise_multiplier()
     ((Release(name='gradient', sensitivity=1.0, noise_multiplier=1.1, in_gradient=True),), 1.1)
     """
+
+    declaration = Declaration(
+        label="DPDR", colour="#7f7f7f", position=100,
+        audit=Scenario(dict(C_perp=1.0, C_alpha=1.0, sigma_perp=1.5, sigma_alpha=1.5, C_g=1.0, sigma_g=1.0, s=50),
+                       "step 2 (the first GDR step) with the base b = (e_1, e_0) orthogonal to u; the canary u + b "
+                       "has a huge orthogonal part and huge parallel coefficients, so both of its clips saturate",
+                       prepare=_prepare_audit, canary_direction=_audit_canary),
+        run={"C_perp": 1.0, "C_alpha": 0.3, "C_g": 1.0, "s": 3},
+        # the DP-SGD phase clips at the same bound as the orthogonal parts (C_g = C_perp)
+        grids={DIGITS: [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in (0.5, 1.0) for s in (5, 22)],
+               MNIST5K: [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in C_GRIDS[MNIST5K] for s in (4, 16)]})
 
     @classmethod
     def from_plan(cls, plan, *, sigma_alpha_ratio: float = 3.0, **hyperparameters) -> "DPDR":

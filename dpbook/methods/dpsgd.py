@@ -14,8 +14,11 @@ import torch
 
 from dpbook import checks
 from dpbook.methods.base import ScaledSum
+from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import Scenario
 from dpbook.per_sample import clip_factors
+from dpbook.tuning import grid_product
 
 
 @register("dpsgd")
@@ -29,6 +32,12 @@ class DPSGD(ScaledSum):
         >>> m.weights(torch.tensor([0.0, 0.5, 4.0]))
         tensor([1.0000, 1.0000, 0.2500])
     """
+
+    declaration = Declaration(
+        label="DP-SGD", colour="#1f77b4", position=0,
+        audit=Scenario(dict(C=1.0, sigma=1.0), "stateless"),
+        run={"C": 1.0},
+        grids={study: grid_product(C=C_GRIDS[study]) for study in (DIGITS, MNIST5K)})
 
     def __init__(self, *, C: float, sigma: float):
         super().__init__()

@@ -36,8 +36,11 @@ import torch
 
 from dpbook import checks, weights
 from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum, restored
+from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, zeros
 from dpbook.per_sample import Grads, check_finite, flat_norms
+from dpbook.tuning import grid_product
 
 
 @register("psac")
@@ -55,6 +58,12 @@ class PSAC(ScaledSum):
         >>> m.weights(torch.tensor([0.0, 0.0099, 1e6], dtype=torch.float64))
         tensor([3.0000e-01, 1.5075e+01, 3.0000e-07], dtype=torch.float64)
     """
+
+    declaration = Declaration(
+        label="DP-PSAC", colour="#e377c2", position=60,
+        audit=Scenario(dict(C=1.0, r=1e-3, sigma=1.0), "stateless; the weight's sup C is approached at infinity"),
+        run={"C": 1.0, "r": 0.01},
+        grids={DIGITS: grid_product(C=(1.0,), r=(1e-3, 1e-2, 1e-1)), MNIST5K: grid_product(C=(1.0,), r=(1e-3, 1e-1))})
 
     def __init__(self, *, C: float, r: float, sigma: float, r_num: float | None = None):
         super().__init__()
@@ -88,6 +97,13 @@ class PSASC(PSAC):
         tensor([2.0000e-01, 2.5000e-07], dtype=torch.float64)
     """
 
+    declaration = Declaration(
+        label="DP-PSASC", colour="#bcbd22", position=70,
+        audit=Scenario(dict(C=1.0, r=1e-3, s=0.5, sigma=1.0), "stateless; the weight's sup C/s at infinity"),
+        run={"C": 1.0, "r": 0.01, "s": 0.5},
+        grids={DIGITS: grid_product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8)),
+               MNIST5K: grid_product(C=(1.0,), r=(1e-2,), s=(0.55, 0.9))})
+
     def __init__(self, *, C: float, r: float, s: float, sigma: float):
         super().__init__(C=C, r=r, sigma=sigma)
         self.s = checks.positive("s (scaling coefficient)", s, "the paper uses 0 < s <= 1; s = 1 is DP-PSAC")
@@ -100,6 +116,12 @@ class PSASC(PSAC):
 
     def diagnostics(self) -> dict[str, float]:
         return {**super().diagnostics(), "s": self.s}
+
+
+def _prepare_momentum(method: "PSASCMomentum", grads: Grads) -> None:
+    """The audited state: two steps in, K0 = 2 stored iterates and an outer momentum M, all public (released)."""
+    M = [0.1 * torch.ones(shape, dtype=DTYPE) for shape in SHAPES]
+    method.load_state_dict({**method.state_dict(), "t": 2, "M": M, "history": [zeros(), zeros()]})
 
 
 @register("psasc-momentum")
@@ -142,6 +164,16 @@ class PSASCMomentum(PSASC):
         >>> round(m.sensitivity(), 4), round(m.releases()[0].noise_std, 4), m.noise_multiplier()
         (0.3333, 0.3333, 1.0)
     """
+
+    declaration = Declaration(
+        label="DP-PSASC*", colour="#17becf", position=80,
+        audit=Scenario(dict(C=1.0, r=1e-3, s=0.5, sigma=1.0, K0=2, gamma0=0.5, gamma1=0.5),
+                       "step 2 with K0 = 2 stored iterates and a non-zero outer momentum; the canary's gradient at the "
+                       "stored iterates is 0, so its inner momentum is its gradient, norm 10^6",
+                       prepare=_prepare_momentum),
+        run={"C": 1.0, "r": 0.01, "s": 0.5, "K0": 1, "gamma0": 0.5, "gamma1": 0.5},
+        grids={DIGITS: grid_product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8), K0=(2,), gamma0=(0.5,), gamma1=(0.5,)),
+               MNIST5K: grid_product(C=(1.0,), r=(1e-2,), s=(0.55, 0.9), K0=(2,), gamma0=(0.5,), gamma1=(0.5,))})
 
     per_sample_vectors: ClassVar[bool] = True  # the inner momentum sums per-sample gradients at past iterates
 

@@ -90,8 +90,10 @@ import torch
 
 from dpbook import checks
 from dpbook.methods.base import GaussianNoise, MicroBatch, restored
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.psac import PSASC
 from dpbook.methods.registry import register
+from dpbook.methods.scenario import Scenario
 from dpbook.per_sample import Grads, check_finite, flat_norms
 
 if TYPE_CHECKING:
@@ -99,6 +101,11 @@ if TYPE_CHECKING:
 
 READINGS = ("update-then-scale", "scale-then-update")
 """The two readings of Algorithm 2's line order ([PSASC-10]); the first is the default."""
+
+
+def _prepare_audit(method: "PSASCMomentumGD", grads: Grads) -> None:
+    """The audited state: step 1 of the full-batch run, every example's EMA m_i its gradient of step 0 (line 2)."""
+    method.load_state_dict({**method.state_dict(), "t": 1, "m": [g.clone() for g in grads]})
 
 
 @register("psasc-momentum-gd")
@@ -114,6 +121,14 @@ class PSASCMomentumGD(PSASC):
 
     Memory: N d numbers of state (one EMA per example and parameter), besides the engine's per-sample gradients.
     """
+
+    declaration = Declaration(
+        label="DP-PSASC* (full batch)", colour="#0e7c86", position=90,
+        audit=Scenario(dict(C=1.0, r=1e-3, s=0.5, sigma=1.0, gamma=0.5),
+                       "full batch (q = 1), step 1: each example's EMA holds its gradient of step 0, the canary's "
+                       "included; the training-set size N is treated as public (the engine divides the sum by it; the "
+                       "audit checks the sum)", prepare=_prepare_audit),
+        run={"C": 1.0, "r": 0.01, "s": 0.5, "gamma": 0.5})
 
     full_batch: ClassVar[bool] = True
     """Algorithm 2 runs only at sample rate q = 1: the batch of every step is the whole training set."""

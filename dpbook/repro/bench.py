@@ -41,7 +41,7 @@ from torch import nn
 
 from dpbook import models
 from dpbook.io import atomic_write_json, resumable
-from dpbook.methods import make_method
+from dpbook.methods import METHODS, in_book_order, make_method
 from dpbook.optim import DPOptimizer
 from dpbook.tasks import TASKS
 
@@ -143,7 +143,8 @@ def make_step(contender: str, setting: Setting, x, y, device, *, method: str = "
             optimizer.zero_grad(set_to_none=True)
         return step
     if contender.startswith("dpbook"):
-        engine = DPOptimizer(model, torch.optim.SGD(params, lr=0.01), make_method(method, **_HYPERPARAMETERS[method]),
+        dp_method = make_method(method, **METHODS[method].declaration.example)
+        engine = DPOptimizer(model, torch.optim.SGD(params, lr=0.01), dp_method,
                              sample_rate=B / setting.N, expected_batch_size=B, micro_batch_size=setting.micro(B),
                              per_sample=contender.split()[1])
         return lambda: engine.step(x, y)
@@ -225,17 +226,9 @@ def _peak_memory(name: str, B: int, contender: str, threads: int, device) -> flo
 
 # --- 2. methods ------------------------------------------------------------------------------------------------
 
-_HYPERPARAMETERS = {  # every scaled-sum method at its defaults where it has them, sigma = 1
-    "dpsgd": dict(C=1.0, sigma=1.0),
-    "dynamic": dict(sigma=1.0, C_0=1.0, rho_C=0.5, T=1000),
-    "dcsgd-p": dict(sigma=1.0, p=0.5),
-    "dcsgd-e": dict(sigma=1.0),
-    "adaclip": dict(sigma=1.0, sigma_b=1.0),
-    "autos": dict(sigma=1.0),
-    "psac": dict(C=1.0, r=1e-3, sigma=1.0),
-    "psasc": dict(C=1.0, r=1e-3, s=0.5, sigma=1.0),
-}
-SCALED_SUMS = tuple(_HYPERPARAMETERS)
+SCALED_SUMS = tuple(name for name in in_book_order()
+                    if not METHODS[name].per_sample_vectors and not METHODS[name].full_batch)
+"""Every method whose step is a re-weighted sum (the Book-Keeping path), built with its declared example."""
 
 
 def method_times(name: str, B: int, repeats: int | None, device) -> dict:
@@ -244,7 +237,7 @@ def method_times(name: str, B: int, repeats: int | None, device) -> dict:
     x, y = batch(setting, B, device)
     steps = {m: make_step("dpbook book-keeping", setting, x, y, device, method=m) for m in SCALED_SUMS}
     times = interleaved_median_ms(steps, repeats or setting.repeats, device)
-    search = make_method("dcsgd-e", **_HYPERPARAMETERS["dcsgd-e"])  # its search on a histogram of real norms
+    search = make_method("dcsgd-e", **METHODS["dcsgd-e"].declaration.example)  # its search on a histogram of real norms
     dcsgd = DPOptimizer(model := setting.build().to(device), torch.optim.SGD(model.parameters(), lr=0.01), search,
                         sample_rate=B / setting.N, expected_batch_size=B)
     dcsgd.step(x, y)

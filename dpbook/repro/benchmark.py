@@ -17,17 +17,31 @@ dpbook.repro.sweep digits`` and ``python -m dpbook.repro.sweep mnist5k`` run the
 
 from __future__ import annotations
 
-__all__ = ["PROTOCOLS", "Benchmark"]
+__all__ = ["PROTOCOLS", "declared_grids", "Benchmark"]
 
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from dpbook.methods import METHODS, in_book_order
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment, load_task_data
 from dpbook.repro.params import check_known
 from dpbook.repro.sweep import run_all
 
 PROTOCOLS = ("none", "rdp", "lt")
+
+
+def declared_grids(study: str) -> dict[str, list[dict]]:
+    """Every method's grid in the benchmark ``study``, as its module declares it (``declaration.grids``), in the
+    book's order; a method that declares none for ``study`` is not in the benchmark.
+
+    >>> from dpbook.methods.declaration import DIGITS
+    >>> grids = declared_grids(DIGITS)
+    >>> list(grids)[:3], grids["dpsgd"][:2]
+    (['dpsgd', 'dcsgd-p', 'dcsgd-e'], [{'C': 0.1}, {'C': 0.5}])
+    """
+    grids = {name: METHODS[name].declaration.grids.get(study) for name in in_book_order()}
+    return {name: grid for name, grid in grids.items() if grid is not None}
 
 
 @dataclass(frozen=True)

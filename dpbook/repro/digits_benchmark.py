@@ -27,36 +27,22 @@ from __future__ import annotations
 
 __all__ = ["STUDY", "SETTING", "EPSILONS", "PAPER_G", "C_GRID", "GRIDS", "BENCHMARK", "METHODS", "PROTOCOLS", "SEEDS"]
 
-from dpbook.repro.benchmark import Benchmark
-from dpbook.tuning import grid_product
+from dpbook.methods.declaration import C_GRIDS, DIGITS
+from dpbook.repro.benchmark import Benchmark, declared_grids
+from dpbook.repro.papers.dcsgd import GRID_SIZES
 
-STUDY = "digits-benchmark"
+STUDY = DIGITS
 SETTING = dict(dataset="digits", model="digits_mlp", epochs=10, batch_size=128, optimizer="adam", lr=0.01,
                delta=1e-5)
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
 
-#: The DC-SGD paper's grid sizes with Adam (Table I's multipliers), which :data:`GRIDS` scales down.
-PAPER_G = {"dpsgd": 10, "dcsgd-p": 9, "dcsgd-e": 1, "adaclip": 45, "dynamic": 90}
+PAPER_G = GRID_SIZES
+"""The DC-SGD paper's grid sizes with Adam (Table I's multipliers), which :data:`GRIDS` scales down."""
 
-C_GRID = (0.1, 0.5, 1.0, 4.0)  # 4 of Table VII's 10 C values, spanning the same range
+C_GRID = C_GRIDS[STUDY]  # 4 of Table VII's 10 C values, spanning the same range
 
-#: Each method's grid: a list of hyperparameter dicts (fixed values repeated in every point).
-GRIDS: dict[str, list[dict]] = {
-    "dpsgd": grid_product(C=C_GRID),
-    "dcsgd-p": grid_product(p=(0.2, 0.4, 0.6, 0.8)),
-    "dcsgd-e": [{}],
-    "adaclip": grid_product(p=(0.2, 0.4, 0.5, 0.6, 0.8, 0.9), eta_C=(0.1, 0.2, 0.3)),
-    "dynamic": grid_product(C_0=C_GRID, rho_C=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
-    "autos": [{}],
-    "psac": grid_product(C=(1.0,), r=(1e-3, 1e-2, 1e-1)),
-    "psasc": grid_product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8)),
-    "psasc-momentum": grid_product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8), K0=(2,), gamma0=(0.5,), gamma1=(0.5,)),
-    # DPDR's DP-SGD phase clips at the same bound as its orthogonal parts (C_g = C_perp)
-    "dpdr": [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in (0.5, 1.0) for s in (5, 22)],
-    "diff": grid_product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,)),
-    # DIFF2's restart period and restart-to-difference noise ratio are left open by the papers [DPDR-25]: tuned too
-    "diff2": grid_product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,), restart_every=(5, 50), restart_noise_ratio=(1.0, 0.5)),
-}
+GRIDS: dict[str, list[dict]] = declared_grids(STUDY)
+"""Each method's grid, as its module declares it: a list of hyperparameter dicts (fixed values in every point)."""
 
 BENCHMARK = Benchmark(study=STUDY, setting=SETTING, epsilons=EPSILONS, grids=GRIDS, paper_G=PAPER_G)
 METHODS: tuple[str, ...] = BENCHMARK.methods

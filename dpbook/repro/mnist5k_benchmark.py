@@ -38,34 +38,19 @@ from __future__ import annotations
 
 __all__ = ["STUDY", "SETTING", "EPSILONS", "C_GRID", "GRIDS", "BENCHMARK", "METHODS"]
 
-from dpbook.repro.benchmark import Benchmark
+from dpbook.methods.declaration import C_GRIDS, MNIST5K
+from dpbook.repro.benchmark import Benchmark, declared_grids
 from dpbook.repro.digits_benchmark import PAPER_G
-from dpbook.tuning import grid_product
 
-STUDY = "mnist5k"
+STUDY = MNIST5K
 SETTING = dict(dataset="mnist5k", model="mnist_cnn", epochs=5, batch_size=256, optimizer="adam", lr=0.01,
                delta=None)
 EPSILONS = (1.0, 2.0, 3.0, 8.0)
 
-C_GRID = (0.1, 1.0)  # 2 of Table VII's 10 C values: the small end and the middle of its range
+C_GRID = C_GRIDS[STUDY]  # 2 of Table VII's 10 C values: the small end and the middle of its range
 
-#: Each method's grid: a list of hyperparameter dicts (fixed values repeated in every point).
-GRIDS: dict[str, list[dict]] = {
-    "dpsgd": grid_product(C=C_GRID),
-    "dcsgd-p": grid_product(p=(0.4, 0.8)),
-    "dcsgd-e": [{}],
-    "adaclip": grid_product(p=(0.2, 0.5, 0.8), eta_C=(0.1, 0.2, 0.3)),
-    "dynamic": grid_product(C_0=C_GRID, rho_C=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
-    "autos": [{}],
-    "psac": grid_product(C=(1.0,), r=(1e-3, 1e-1)),
-    "psasc": grid_product(C=(1.0,), r=(1e-2,), s=(0.55, 0.9)),
-    "psasc-momentum": grid_product(C=(1.0,), r=(1e-2,), s=(0.55, 0.9), K0=(2,), gamma0=(0.5,), gamma1=(0.5,)),
-    # DPDR's DP-SGD phase clips at the same bound as its orthogonal parts (C_g = C_perp)
-    "dpdr": [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in C_GRID for s in (4, 16)],
-    "diff": grid_product(C_d=C_GRID, C_g=(1.0,)),
-    # DIFF2's restart period is left open by the papers [DPDR-25]: tuned too
-    "diff2": grid_product(C_d=C_GRID, C_g=(1.0,), restart_every=(5, 50), restart_noise_ratio=(1.0,)),
-}
+GRIDS: dict[str, list[dict]] = declared_grids(STUDY)
+"""Each method's grid, as its module declares it: a list of hyperparameter dicts (fixed values in every point)."""
 
 BENCHMARK = Benchmark(study=STUDY, setting=SETTING, epsilons=EPSILONS, grids=GRIDS, paper_G=PAPER_G)
 METHODS: tuple[str, ...] = BENCHMARK.methods

@@ -3,35 +3,29 @@ figures sized for the book's text column (panels stacked in rows, one legend out
 
 from __future__ import annotations
 
-__all__ = ["METHOD_COLOURS", "method_colour", "axes", "annotate_empty", "PAGE_WIDTH", "panel_grid", "legend_below"]
+__all__ = ["NONPRIVATE_COLOUR", "method_colour", "axes", "annotate_empty", "PAGE_WIDTH", "panel_grid", "legend_below"]
 
 import matplotlib.pyplot as plt
 
-# One colour per method name of the registry (and for non-private training), fixed for the whole book.
-METHOD_COLOURS = {
-    "nonprivate": "#000000",
-    "dpsgd": "#1f77b4",
-    "dcsgd-p": "#d62728",
-    "dcsgd-e": "#ff7f0e",
-    "adaclip": "#2ca02c",
-    "dynamic": "#9467bd",
-    "autos": "#8c564b",
-    "psac": "#e377c2",
-    "psasc": "#bcbd22",
-    "psasc-momentum": "#17becf",
-    "psasc-momentum-gd": "#0e7c86",
-    "dpdr": "#7f7f7f",
-    "diff": "#aec7e8",
-    "diff2": "#98df8a",
-}
+from dpbook.methods import METHODS, in_book_order
+
+NONPRIVATE_COLOUR = "#000000"
+"""The colour of non-private training (each method's colour is declared with it: ``declaration.colour``)."""
 
 
 def method_colour(name: str) -> str:
-    """The book's colour for a method (a KeyError names the known methods)."""
+    """The book's colour for a registered method (its declared ``colour``) or for ``"nonprivate"``; a KeyError
+    names the known ones.
+
+    >>> method_colour("dpsgd"), method_colour("nonprivate")
+    ('#1f77b4', '#000000')
+    """
+    if name == "nonprivate":
+        return NONPRIVATE_COLOUR
     try:
-        return METHOD_COLOURS[name]
+        return METHODS[name].declaration.colour
     except KeyError:
-        raise KeyError(f"no colour for method {name!r}; known: {sorted(METHOD_COLOURS)}") from None
+        raise KeyError(f"no colour for method {name!r}; known: {['nonprivate', *in_book_order()]}") from None
 
 
 def axes(title: str, xlabel: str, ylabel: str, *, ax=None, figsize=(6, 4)):

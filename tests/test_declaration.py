@@ -1,0 +1,127 @@
+"""A method is one module: everything the book knows about it is declared next to its class and read from there.
+
+A toy method written into one temporary module, and nothing else edited, must reach the registry, the audit, both
+benchmarks' grids, plotting and the bench; a class that declares nothing is refused when it registers."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpbook.methods import METHODS, ScaledSum, in_book_order, register
+from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
+from dpbook.methods.scenario import Scenario
+
+TOY = '''
+"""A toy method: clipping at C, every contribution halved (sensitivity C / 2)."""
+
+from dpbook.methods.base import ScaledSum
+from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
+from dpbook.methods.registry import register
+from dpbook.methods.scenario import Scenario
+from dpbook.per_sample import clip_factors
+
+
+@register("toy")
+class Toy(ScaledSum):
+    """Half of DP-SGD's contribution."""
+
+    declaration = Declaration(
+        label="Toy", colour="#123456", position=1000,
+        audit=Scenario(dict(C=1.0, sigma=1.0), "stateless"),
+        run={"C": 1.0},
+        grids={DIGITS: [{"C": 0.5}, {"C": 1.0}], MNIST5K: [{"C": 1.0}]})
+
+    def __init__(self, *, C: float, sigma: float):
+        super().__init__()
+        self.C, self.sigma = C, sigma
+
+    def weights(self, norms):
+        return 0.5 * clip_factors(norms, self.C)
+
+    def sensitivity(self):
+        return 0.5 * self.C
+'''
+
+PROBE = '''
+import importlib, json, sys
+import torch
+import dpbook.methods
+sys.path.insert(0, sys.argv[1])
+importlib.import_module("toy_method")   # the one new module: it registers itself
+
+from dpbook.audit import audit
+from dpbook.audit.scenarios import SCENARIOS
+from dpbook.repro import bench, digits_benchmark, mnist5k_benchmark
+from dpbook.repro.plotting import method_colour
+
+result = audit("toy", trials=400)
+setting = bench.SETTINGS["mnist_cnn"]
+x, y = bench.batch(setting, 8, torch.device("cpu"))
+bench.make_step("dpbook book-keeping", setting, x, y, torch.device("cpu"), method="toy")()
+runs = digits_benchmark.BENCHMARK.planned_runs("toy", 4.0, "none")
+print(json.dumps({
+    "registered": "toy" in dpbook.methods.METHODS, "last": dpbook.methods.in_book_order()[-1],
+    "scenario": SCENARIOS["toy"].state, "audit_sensitivity": result.sensitivity, "flagged": result.flagged,
+    "digits": digits_benchmark.GRIDS["toy"], "mnist5k": mnist5k_benchmark.GRIDS["toy"],
+    "planned": [r.hyperparameters for r in runs][:2], "colour": method_colour("toy"), "bench": list(bench.SCALED_SUMS),
+}))
+'''
+
+
+def test_a_toy_method_in_one_module_reaches_every_reader(tmp_path):
+    module = tmp_path / "toy_method.py"
+    module.write_text(TOY)
+    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["registered"] and seen["last"] == "toy"
+    assert seen["scenario"] == "stateless"
+    assert seen["audit_sensitivity"] == 0.5 and not seen["flagged"]   # the audit read its declared release
+    assert seen["digits"] == [{"C": 0.5}, {"C": 1.0}] and seen["mnist5k"] == [{"C": 1.0}]
+    assert seen["planned"][0]["C"] in (0.5, 1.0)
+    assert seen["colour"] == "#123456"
+    assert seen["bench"][-1] == "toy"
+
+
+def test_every_registered_method_declares_itself():
+    positions = [METHODS[name].declaration.position for name in in_book_order()]
+    assert positions == sorted(set(positions))
+    for name, cls in METHODS.items():
+        declaration = cls.__dict__["declaration"]  # its own, not inherited from the class it extends
+        assert isinstance(declaration, Declaration), name
+        cls(**declaration.example)                  # the example builds the method
+        for study, grid in declaration.grids.items():
+            assert study in C_GRIDS and grid, (name, study)
+
+
+def test_a_class_without_its_own_declaration_is_refused():
+    class Inherits(METHODS["dpsgd"]):
+        """Declares nothing: DP-SGD's declaration is inherited, not its own."""
+
+    with pytest.raises(TypeError, match="has no declaration of its own"):
+        register("inherits")(Inherits)
+    assert "inherits" not in METHODS
+
+
+def test_a_taken_position_is_refused():
+    class Clash(ScaledSum):
+        declaration = Declaration(label="Clash", colour="#000001", position=METHODS["dpsgd"].declaration.position,
+                                  audit=Scenario({}, "stateless"), run={})
+
+    with pytest.raises(ValueError, match="already has: pick a free one"):
+        register("clash")(Clash)
+    assert "clash" not in METHODS
+
+
+def test_a_grid_for_an_unknown_benchmark_is_refused():
+    with pytest.raises(ValueError, match="benchmark"):
+        Declaration(label="X", colour="#000000", position=5000, audit=Scenario({}, "stateless"), run={},
+                    grids={"digitz": [{}]})
+
+
+def test_the_book_order_starts_with_dp_sgd_and_each_benchmark_has_its_grids():
+    assert in_book_order()[0] == "dpsgd"
+    assert {name for name in METHODS if DIGITS in METHODS[name].declaration.grids} == {
+        name for name in METHODS if MNIST5K in METHODS[name].declaration.grids}
