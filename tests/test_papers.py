@@ -49,11 +49,11 @@ def test_psasc_cells_and_a_misspelt_name():
 def test_psasc_grid_values_are_effective_learning_rates(method):
     """Every grid run's lr is eta_eff * gamma1 / sensitivity, and eta_of inverts it."""
     rep = psasc.Reproduction(lr_grid=[0.5, 2.0])
-    base, grid = rep.spec("celeba", method)
+    base, grid = rep.spec(("celeba", method))
     runs = [base.replace(lr=p["lr"], hyperparameters={k: v for k, v in p.items() if k != "lr"}) for p in grid]
     assert sorted({rep.eta_of(run) for run in runs}) == [0.5, 2.0]
     unscaled = psasc.Reproduction(lr_grid=[0.5, 2.0], lr_scaling="none")
-    assert sorted({p["lr"] for p in unscaled.spec("celeba", method)[1]}) == [0.5, 2.0]
+    assert sorted({p["lr"] for p in unscaled.spec(("celeba", method))[1]}) == [0.5, 2.0]
 
 
 def test_psasc_table_and_figure_on_no_results(tmp_path):
@@ -81,8 +81,8 @@ def test_dcsgd_grids_are_table_vii_and_sgd_multiplies_them_by_the_learning_rates
 
 def test_dcsgd_selection_and_bad_names():
     rep = dcsgd.Reproduction(table=["II", "IV"], datasets=["mnist"], methods=["dcsgd-e"], epsilons=[2.0])
-    assert [(t, c["model"], c["epsilon"]) for t, c in rep.selected] == [("II", "mnist_cnn", 2.0),
-                                                                        ("IV", "mnist_cnn", 2.0)]
+    assert [(c.table, c.model, c.epsilon) for c in rep.selected] == [("II", "mnist_cnn", 2.0),
+                                                                     ("IV", "mnist_cnn", 2.0)]
     for bad, message in (({"table": "IX"}, r"table\(s\) \['IX'\]"), ({"figures": ["12"]}, r"figure\(s\) \['12'\]"),
                          ({"models": ["resnet18"]}, "did you mean 'resnet18_gn'"),
                          ({"fresh": True}, "only allowed with smoke=True")):
@@ -94,12 +94,13 @@ def test_dcsgd_tables_on_no_results(tmp_path):
     rep = dcsgd.Reproduction(results_dir=str(tmp_path), data_root=str(tmp_path), datasets=["names"])
     text = rep.table_text("IV")
     assert f"Cells with results: 0 of {len(dcsgd.table_cells('IV'))}" in text and "→ not run yet" in text
-    names = next(c for c in dcsgd.table_cells("VIII") if c["dataset"] == "names")
-    assert rep.cell("VIII", names)["reason"].startswith("NAMES is not under")  # its size N is unknown
+    names = next(c for c in dcsgd.table_cells("VIII") if c.dataset == "names")
+    summary = rep.summary(names)  # its size N is unknown while its files are missing
+    assert summary["status"] == "not run yet" and "names" in summary["reason"].lower()
     assert rep.selected_detail(only_with_results=True) is None
-    cells = [("IV", c) for c in dcsgd.table_cells("IV") if c["dataset"] == "mnist" and c["epsilon"] == 2.0]
+    cells = [c for c in dcsgd.table_cells("IV") if c.dataset == "mnist" and c.epsilon == 2.0]
     per_run = {(r["model"], r["method"]): r["value"] for r in dcsgd.paper_table("I")["rows"]}
-    needed = {c["method"]: len(rep.grid_of("IV", c["method"])) for _, c in cells}
+    needed = {c.method: len(rep.grid_of("IV", c.method)) for c in cells}
     needed = {m: G + rep.seeds if G > 1 else rep.seeds for m, G in needed.items()}  # the grid, then 5 re-runs
     runs, seconds, unpriced = rep.cost(cells)
     assert (runs, unpriced) == (sum(needed.values()), 0)

@@ -41,14 +41,14 @@ def test_a_misspelt_name_is_a_value_error_naming_it(changes, named):
 def test_the_grids_are_cleaned_and_the_own_grids_are_the_parameters():
     rep = Reproduction(lr_grid="0.1, 0.30000000000000004", C_grid=[1], adam_lr_grid=[0.01], autos_gamma=0.01)
     assert rep.lr_grid == [0.1, 0.3] and rep.C_grid == [1.0]
-    base, grid = rep.spec("dpsgd", "cifar10", 8.0)
+    base, grid = rep.spec(("cifar10", 8.0, "dpsgd"))
     assert grid == [{"lr": 0.1, "C": 1.0}, {"lr": 0.3, "C": 1.0}]
     assert (base.method, base.optimizer, base.model, base.epochs, base.batch_size, base.protocol) == (
         "dpsgd", "sgd", "cifar10_cnn", 20, 256, "none")
     assert (base.epsilon, base.delta) == (8.0, 1e-5)
-    base, grid = rep.spec("dpadam", "cifar10", 8.0)
+    base, grid = rep.spec(("cifar10", 8.0, "dpadam"))
     assert (base.method, base.optimizer, grid) == ("dpsgd", "adam", [{"lr": 0.01, "C": 1.0}])
-    base, grid = rep.spec("autos", "mnist", 3.0)
+    base, grid = rep.spec(("mnist", 3.0, "autos"))
     assert (base.method, grid) == ("autos", [{"lr": 0.1, "gamma": 0.01}, {"lr": 0.3, "gamma": 0.01}])
 
 
@@ -85,25 +85,25 @@ def test_dpdr_diff_and_diff2_wait_for_dp_sgds_grid_then_take_its_best_point(tmp_
                        C_alpha_grid=[0.3, 1.5], C_d_grid=[0.1], s=2, diff2_restart_every=2, batch_size=32, epochs=1,
                        smoke=True, results_dir=str(tmp_path))
     for key in ("dpdr", "diff", "diff2"):
-        assert rep.spec(key, "mnist", 3.0) is None
+        assert rep.spec(("mnist", 3.0, key)) is None
     assert {key: rep.summaries["mnist", 3.0, key]["status"] for key in ROWS} == {
         "dpdr": "waits for DP-SGD's grid", "autos": "not run yet", "diff": "waits for DP-SGD's grid",
         "diff2": "waits for DP-SGD's grid", "dpadam": "not run yet", "dpsgd": "not run yet"}
     # run mode trains DP-SGD's grid for the cells that wait for it
-    grid_runs = reproduce.search(*rep.spec("dpsgd", "mnist", 3.0))
-    wanted = rep.table_runs()
+    grid_runs = reproduce.search(*rep.spec(("mnist", 3.0, "dpsgd")))
+    wanted = rep.wanted()
     assert all(run in wanted for run in grid_runs) and all(run.method != "dpdr" for run in wanted)
 
     # DP-SGD's grid done: its best point is lr 2.0, C 0.1
     fake_results(rep, grid_runs, lambda run: 0.9 if (run.lr, run.hyperparameters["C"]) == (2.0, 0.1) else 0.5)
-    base, grid = rep.spec("dpdr", "mnist", 3.0)
+    base, grid = rep.spec(("mnist", 3.0, "dpdr"))
     assert base.method == "dpdr" and base.optimizer == "sgd"
     assert grid == [{"lr": 2.0, "C_perp": 1.0, "C_alpha": c, "C_g": 0.1, "s": 2,
                      "sigma_alpha_ratio": rep.ratio_of("mnist", 3.0)} for c in (0.3, 1.5)]
-    assert rep.spec("diff", "mnist", 3.0)[1] == [{"lr": lr, "C_d": 0.1, "C_g": 0.1} for lr in (0.5, 2.0)]
-    assert rep.spec("diff2", "mnist", 3.0)[1] == [{"lr": lr, "C_d": 0.1, "C_g": 0.1, "restart_every": 2}
+    assert rep.spec(("mnist", 3.0, "diff"))[1] == [{"lr": lr, "C_d": 0.1, "C_g": 0.1} for lr in (0.5, 2.0)]
+    assert rep.spec(("mnist", 3.0, "diff2"))[1] == [{"lr": lr, "C_d": 0.1, "C_g": 0.1, "restart_every": 2}
                                                    for lr in (0.5, 2.0)]
-    assert any(run.method == "dpdr" for run in rep.table_runs())
+    assert any(run.method == "dpdr" for run in rep.wanted())
 
 
 def test_the_table_says_not_run_yet_without_results(tmp_path):
@@ -153,7 +153,7 @@ def test_crossing_interpolates_between_epochs():
 
 
 def test_chosen_leaves_out_the_ratio():
-    base, _ = Reproduction().spec("dpsgd", "mnist", 3.0)
+    base, _ = Reproduction().spec(("mnist", 3.0, "dpsgd"))
     run = base.replace(method="dpdr", lr=0.5, hyperparameters={"C_perp": 0.3, "C_alpha": 1.5, "C_g": 0.1, "s": 50,
                                                                "sigma_alpha_ratio": 10.0})
     assert Reproduction.chosen(run) == "lr 0.5, C_alpha 1.5, C_g 0.1, C_perp 0.3, s 50"

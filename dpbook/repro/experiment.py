@@ -10,6 +10,7 @@ protocol that charges the search the run belongs to (``"none"``, ``"rdp"`` or ``
 3. calibrates the run's noise: :func:`dpbook.tuning.tuning_plan` gives the DP-SGD sigma of one run of
    T = epochs x round(N/B) steps at q = B/N under the protocol, and the method takes it through
    :meth:`Method.from_plan <dpbook.methods.base.Method.from_plan>` (DPDR calibrates sigma_g for its history),
+   (steps 1-3 are :func:`prepare`, the one place that builds a run),
 4. trains with :class:`dpbook.train.Trainer` (checkpointed, so an interrupted run resumes where it stopped),
 5. checks with the accountant that the run spent no more than the plan charges it, and
 6. writes one result file atomically (:mod:`dpbook.repro.results`), which later calls find and reuse. It holds only what
@@ -34,11 +35,12 @@ from __future__ import annotations
 
 __all__ = [
     "OPTIMIZERS", "Experiment", "smoke_data",
-    "load_task_data", "build_task_model", "make_optimizer", "resolve_device", "plan_of", "check_spent",
-    "run_experiment"
+    "load_task_data", "build_task_model", "make_optimizer", "resolve_device", "plan_of", "check_spent", "Prepared",
+    "prepare", "run_experiment"
 ]
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -53,6 +55,7 @@ import torch
 
 from dpbook import accounting, checks, data, io, models, text
 from dpbook.methods import METHODS
+from dpbook.methods.base import Method
 from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
 from dpbook.repro import params, results
 from dpbook.tasks import TASKS, Task
@@ -247,12 +250,17 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 # The run
 # ----------------------------------------------------------------------------------------------------------------
 
+#: :func:`dpbook.tuning.tuning_plan`, calibrated once per process for each setting (a chapter plans the same
+#: cell many times).
+_calibrated_plan = functools.cache(tuning_plan)
+
+
 def plan_of(exp: Experiment, N: int) -> TuningPlan:
     """The calibrated plan of the experiment's run on N training examples (Trainer's T and q)."""
     delta = 1 / N if exp.delta is None else exp.delta
     q = exp.batch_size / N
     T = exp.epochs * max(1, round(N / exp.batch_size))
-    return tuning_plan(exp.epsilon, delta, q, T, exp.G, exp.protocol, accountant=exp.accountant)
+    return _calibrated_plan(exp.epsilon, delta, q, T, exp.G, exp.protocol, accountant=exp.accountant)
 
 
 def check_spent(history, plan: TuningPlan) -> float:
@@ -271,6 +279,46 @@ def check_spent(history, plan: TuningPlan) -> float:
     return spent
 
 
+@dataclass
+class Prepared:
+    """One run, built and ready to train: what :func:`prepare` returns."""
+
+    exp: Experiment
+    splits: data.DataSplits
+    plan: TuningPlan
+    model: torch.nn.Module
+    method: Method
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+
+    def trainer(self, **options) -> Trainer:
+        """The run's :class:`dpbook.train.Trainer`; ``options`` (checkpoint, progress, ...) go to it."""
+        exp = self.exp
+        return Trainer(self.model, self.method, self.optimizer, self.splits, expected_batch_size=exp.batch_size,
+                       epochs=exp.epochs, delta=self.plan.per_run_delta, micro_batch_size=exp.micro_batch_size,
+                       seed=exp.seed, accountant=exp.accountant, device=self.device, **options)
+
+
+def prepare(exp: Experiment, *, data_root: str | Path = data.DEFAULT_ROOT, download: bool = False,
+            device: str = "auto") -> Prepared:
+    """Build the run ``exp`` describes, the one place that does: load the data, calibrate the plan on its N, seed
+    and build the model on the device, take the method from the plan (:meth:`Method.from_plan
+    <dpbook.methods.base.Method.from_plan>`) and the optimizer over the trainable parameters.
+
+    >>> run = prepare(Experiment(study="doctest", dataset="digits", model="digits_mlp", method="dpsgd", epochs=1))
+    >>> len(run.splits.x_train), run.plan.protocol, type(run.method).__name__, type(run.optimizer).__name__
+    (1437, 'none', 'DPSGD', 'Adam')
+    """
+    device = resolve_device(device)
+    splits = load_task_data(exp, root=data_root, download=download)
+    plan = plan_of(exp, len(splits.x_train))
+    torch.manual_seed(exp.seed)  # model initialisation
+    model = build_task_model(exp).to(device)
+    method = METHODS[exp.method].from_plan(plan, **exp.hyperparameters)
+    optimizer = make_optimizer(exp.optimizer, (p for p in model.parameters() if p.requires_grad), exp.lr)
+    return Prepared(exp, splits, plan, model, method, optimizer, device)
+
+
 def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS_DIR,
                    data_root: str | Path = data.DEFAULT_ROOT, download: bool = False, device: str = "auto",
                    checkpoint_dir: str | Path | None = None, checkpoint_every: int = 200,
@@ -286,20 +334,12 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
         return done
     io.remove_stale_temporaries(path.parent)
     started = time.perf_counter()
-    device = resolve_device(device)
-    splits = load_task_data(exp, root=data_root, download=download)
+    run = prepare(exp, data_root=data_root, download=download, device=device)
+    splits, plan, model = run.splits, run.plan, run.model
     N = len(splits.x_train)
-    plan = plan_of(exp, N)
-    torch.manual_seed(exp.seed)  # model initialisation
-    model = build_task_model(exp).to(device)
-    method = METHODS[exp.method].from_plan(plan, **exp.hyperparameters)
-    optimizer = make_optimizer(exp.optimizer, (p for p in model.parameters() if p.requires_grad), exp.lr)
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else Path(results_dir) / ".checkpoints"
     checkpoint = ckpt_dir / exp.study / f"{path.stem}.pt"
-    trainer = Trainer(model, method, optimizer, splits, expected_batch_size=exp.batch_size, epochs=exp.epochs,
-                      delta=plan.per_run_delta, micro_batch_size=exp.micro_batch_size, seed=exp.seed,
-                      accountant=exp.accountant, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                      progress=progress, device=device)
+    trainer = run.trainer(checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
     resumed = checkpoint.exists()  # Trainer.run resumes from it
     try:
         log = trainer.run()
@@ -320,7 +360,7 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
         "final": _epoch_row(log.epochs[-1]) if log.epochs else {},
         "wall_time_s": round(time.perf_counter() - started, 3),  # this process only, if resumed
         "resumed": resumed,
-        **results.provenance(device),
+        **results.provenance(run.device),
     }
     results.write_result(record, path)
     checkpoint.unlink(missing_ok=True)

@@ -30,6 +30,7 @@ __all__ = [
     "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
 ]
 
+import functools
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -81,6 +82,11 @@ def training_size(exp: Experiment) -> int:
     return min(N, exp.train_size) if exp.train_size is not None else N
 
 
+#: The sizes :func:`measured_size` loaded, by dataset: the first root a process reads a dataset from is the one its
+#: runs are planned with (a dict, not ``functools.cache``: the root is not part of the key).
+_MEASURED: dict[str, int] = {}
+
+
 def measured_size(dataset: str, root: str | Path = data.DEFAULT_ROOT) -> int:
     """N of a dataset whose size the task registry cannot give (NAMES: a split of whatever names its files hold),
     loaded from ``root`` once and remembered for the planning of this process's runs.
@@ -93,43 +99,32 @@ def measured_size(dataset: str, root: str | Path = data.DEFAULT_ROOT) -> int:
     return _MEASURED[dataset]
 
 
-_MEASURED: dict[str, int] = {}
-
-
 def plan(base: Experiment, G: int) -> TuningPlan:
-    """The calibrated plan of the cell's runs (a ValueError says why when the budget is unreachable)."""
-    return _plan_cached(base.replace(G=G, seed=0, hyperparameters={}), training_size(base))
-
-
-def _plan_cached(base: Experiment, N: int) -> TuningPlan:
-    key = (base.epsilon, base.delta, base.epochs, base.batch_size, base.G, base.protocol, base.accountant, N)
-    if key not in _PLANS:
-        _PLANS[key] = plan_of(base, N)
-    return _PLANS[key]
-
-
-_PLANS: dict[tuple, TuningPlan] = {}
+    """The calibrated plan of the cell's runs (a ValueError says why when the budget is unreachable); each setting
+    is calibrated once per process (:func:`dpbook.repro.experiment.plan_of`)."""
+    return plan_of(base.replace(G=G), training_size(base))
 
 
 def _check_feasible(base: Experiment, grid: Sequence[Mapping], the_plan: TuningPlan) -> None:
     """Build and bind the method at the plan's noise for every grid point: a ValueError names the first
     constraint violated (e.g. DPDR's GDR steps alone overspend, or Andrew et al.'s 2 sigma_b <= sigma), so that a
-    sweep never plans a run that cannot start. Each (method, plan, point, B) is checked once per process: a
-    chapter asks for the same cell many times, and DPDR's check is a calibration."""
+    sweep never plans a run that cannot start."""
     for point in grid:
-        key = (base.method, the_plan, tuple(sorted(dict(point).items())), base.batch_size)
-        if key not in _FEASIBLE:
-            try:
-                method = METHODS[base.method].from_plan(the_plan, **dict(point))
-                method.bind([torch.zeros(1)], expected_batch_size=base.batch_size)
-                _FEASIBLE[key] = None
-            except ValueError as err:
-                _FEASIBLE[key] = err
-        if _FEASIBLE[key] is not None:
-            raise ValueError(str(_FEASIBLE[key]))
+        problem = _infeasible(base.method, the_plan, tuple(sorted(dict(point).items())), base.batch_size)
+        if problem is not None:
+            raise ValueError(problem)
 
 
-_FEASIBLE: dict[tuple, ValueError | None] = {}
+@functools.cache
+def _infeasible(method: str, the_plan: TuningPlan, point: tuple, B: int) -> str | None:
+    """Why ``method`` cannot run at ``the_plan``'s noise with the hyperparameters ``point`` (sorted items) and
+    expected batch size B, or None. Checked once per process: a chapter asks for the same cell many times, and
+    DPDR's check is a calibration."""
+    try:
+        METHODS[method].from_plan(the_plan, **dict(point)).bind([torch.zeros(1)], expected_batch_size=B)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 #: Grid keys that set a field of the run instead of a method hyperparameter (they do not change its noise).
@@ -242,21 +237,30 @@ def cell_runs(base: Experiment, grid: Sequence[Mapping], seeds: int,
 
 
 def summarise(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=results.RESULTS_DIR) -> dict:
-    """:func:`cell` of a protocol "none" cell, with what a chapter's table and figures show.
+    """:func:`cell`, with what a chapter's tables and figures show.
 
-    ``status``: "not run yet", "grid k/G done", "grid done, n/seeds seeds" or "done"; ``best``: the best grid run
-    (None until the grid is complete); ``records``: the result records of the re-runs found. A ValueError when the
-    cell is unreachable.
+    ``status``: "not run yet", "grid k/G done", "grid done, n/seeds seeds", "n/seeds searches done" or "done";
+    ``best``: the best grid run of a protocol "none" cell (None until its grid is complete, and for searches);
+    ``records``: the result records of its re-runs found. A ValueError when the cell is unreachable.
     """
-    best = best_run(base, grid, results_dir)
-    if best is None:
-        done = sum(run.path(results_dir).exists() for run in search(base.replace(protocol="none"), grid))
-        status = f"grid {done}/{len(grid)} done" if done else "not run yet"
-        return empty_summary(status)
+    best, records = None, []
+    if base.protocol == "none":
+        best = best_run(base, grid, results_dir)
+        if best is None:
+            done = sum(run.path(results_dir).exists() for run in search(base.replace(protocol="none"), grid))
+            return empty_summary(f"grid {done}/{len(grid)} done" if done else "not run yet")
+        paths = [run.path(results_dir) for run in reruns(base, grid, seeds, results_dir)]
+        records = [results.read_result(path) for path in paths if path.exists()]
     the_cell = cell(base, grid, seeds, results_dir)
-    paths = [run.path(results_dir) for run in reruns(base, grid, seeds, results_dir)]
-    records = [results.read_result(path) for path in paths if path.exists()]
-    status = "done" if the_cell["status"] == "ok" else f"grid done, {len(the_cell['values'])}/{seeds} seeds"
+    if the_cell["status"] == "unreachable":
+        raise ValueError(the_cell["reason"])
+    n = len(the_cell["values"])
+    if n == seeds:
+        status = "done"
+    elif base.protocol == "none":
+        status = f"grid done, {n}/{seeds} seeds"
+    else:
+        status = f"{n}/{seeds} searches done" if n else "not run yet"
     return {**the_cell, "status": status, "records": records, "best": best}
 
 
@@ -265,23 +269,26 @@ def empty_summary(status: str) -> dict:
     return {"status": status, "values": [], "chosen": [], "records": [], "best": None, "sigma": None}
 
 
-def summary_or_unreachable(spec: Callable[[], tuple[Experiment, Sequence[Mapping]] | None], seeds: int,
+def summary_or_unreachable(spec: Callable[[], tuple[Experiment, Sequence[Mapping], int] | None],
                            results_dir=results.RESULTS_DIR) -> dict:
-    """:func:`summarise` of the cell ``spec()`` gives as (base, grid); a ``spec()`` of None is a cell that waits for
-    another's best point (DPDR's on DP-SGD's), and a ValueError (from ``spec`` or the plan) makes it unreachable.
+    """:func:`summarise` of the cell ``spec()`` gives as (base, grid, seeds). A ``spec()`` of None is a cell that
+    waits for another's best point (DPDR's on DP-SGD's); a ValueError (from ``spec`` or the plan) makes it
+    unreachable, with the ``reason``; a missing dataset whose size the plan needs (NAMES) leaves it not run yet.
 
-    >>> summary_or_unreachable(lambda: None, 3)["status"]
+    >>> summary_or_unreachable(lambda: None)["status"]
     "waits for DP-SGD's grid"
     >>> def unreachable():
     ...     raise ValueError("no sigma reaches epsilon = 0.1")
-    >>> summary_or_unreachable(unreachable, 3)["status"]
+    >>> summary_or_unreachable(unreachable)["status"]
     'unreachable: no sigma reaches epsilon = 0.1'
     """
     try:
         found = spec()
-        return empty_summary("waits for DP-SGD's grid") if found is None else summarise(*found, seeds, results_dir)
+        return empty_summary("waits for DP-SGD's grid") if found is None else summarise(*found, results_dir)
     except ValueError as err:
-        return empty_summary("unreachable: " + str(err).splitlines()[0][:100])
+        return {**empty_summary("unreachable: " + str(err).splitlines()[0][:100]), "reason": str(err)}
+    except FileNotFoundError as err:
+        return {**empty_summary("not run yet"), "reason": str(err)}
 
 
 def within_budget(study: str, results_dir=results.RESULTS_DIR, smoke: bool = False) -> bool:

@@ -1,22 +1,42 @@
-"""What every reproduction chapter's parameters share: where its runs execute and where its files are."""
+"""The reproduction protocol every paper's chapter follows: a paper is its cells, the spec of a cell, and the paper's
+value and label of a cell; training them, summarising them and setting them next to the paper are written here once.
+
+A subclass (one per paper, ``Reproduction`` in its module) gives
+
+- :attr:`Chapter.selected`: the cells its parameters select (hashable keys, e.g. ``(dataset, method)``);
+- :meth:`Chapter.spec`: a cell as a base :class:`~dpbook.repro.experiment.Experiment` and its grid of points (None
+  while it waits for another cell's best point, :meth:`Chapter.prerequisite`);
+- :meth:`Chapter.paper_row`: the transcribed row of a cell (``data/paper/``), or None;
+- :meth:`Chapter.label`: the columns that name a cell in the chapter's table;
+
+and may refine how many seeds or searches a cell takes (:meth:`Chapter.repetitions`), the runs its figures add
+(:meth:`Chapter.figure_runs`), the columns that describe a cell's chosen point (:meth:`Chapter.details`) and the
+table's caption (:meth:`Chapter.caption`). :mod:`dpbook.repro.reproduce` turns a (base, grid) into runs and reads
+them back. "Reproducing another paper" in the book walks through a new one.
+"""
 
 from __future__ import annotations
 
 __all__ = ["Chapter"]
 
+import abc
 from dataclasses import dataclass
+from typing import Hashable, Mapping, Sequence
 
-from dpbook.repro import results
+from dpbook.repro import reproduce, results
+from dpbook.repro.experiment import Experiment
 
 
 @dataclass
-class Chapter:
-    """The parameters common to the reproduction chapters (each chapter's ``Reproduction`` adds its own).
+class Chapter(abc.ABC):
+    """The parameters common to the reproduction chapters (each chapter's ``Reproduction`` adds its own, ``seeds``
+    among them), and the protocol.
 
     ``device``: "auto" (CUDA when available), "cpu", "cuda", ...; ``stand_ins``: train the MNIST cells on MNIST-5k
     (:data:`dpbook.repro.reproduce.STAND_INS`); ``data_root`` and ``results_dir`` (None: ``data/results``), relative
     paths being relative to the repository root; ``download``: fetch missing datasets; ``smoke``: generated
-    stand-in data of the real shapes (tests only; their result files are named ``smoke_*``).
+    stand-in data of the real shapes (tests only; their result files are named ``smoke_*``); ``jobs``: runs at once
+    in run mode (processes).
     """
 
     device: str = "auto"
@@ -25,7 +45,128 @@ class Chapter:
     download: bool = False
     results_dir: str | None = None
     smoke: bool = False
+    jobs: int = 1
 
     def __post_init__(self):
         self.results = results.repo_path(self.results_dir)
         self.data = results.repo_path(self.data_root)
+        self._summaries: dict[Hashable, dict] = {}
+        self.unreachable: dict[str, str] = {}   # run mode's notes: a cell that cannot run -> why
+        self.missing: dict[str, str] = {}       # a cell whose data is missing -> the error
+
+    # -- what varies per paper -------------------------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def selected(self) -> list[Hashable]:
+        """The cells the chapter's parameters select, in the order its table shows them."""
+
+    @abc.abstractmethod
+    def spec(self, cell: Hashable) -> tuple[Experiment, list[dict]] | None:
+        """(base, grid) of ``cell``; None while it waits for the best point of :meth:`prerequisite`. A ValueError
+        when the cell cannot be run (its budget or its method's constraints)."""
+
+    @abc.abstractmethod
+    def paper_row(self, cell: Hashable) -> Mapping | None:
+        """The paper's transcribed row of ``cell`` (its ``value``, and ``std`` if printed), or None."""
+
+    @abc.abstractmethod
+    def label(self, cell: Hashable) -> dict[str, object]:
+        """The columns that name ``cell`` in the table: ``{header: value}``."""
+
+    def repetitions(self, base: Experiment) -> int:
+        """Re-runs of the best point (protocol "none"), or independent searches, of a cell: ``seeds``."""
+        return int(self.seeds)
+
+    def prerequisite(self, cell: Hashable) -> Hashable | None:
+        """The cell whose grid ``cell`` waits for (when :meth:`spec` gives None), or None."""
+        return None
+
+    def figure_runs(self) -> list[Experiment]:
+        """Runs that run mode trains for the chapter's figures, besides the cells'."""
+        return []
+
+    def details(self, cell: Hashable, summary: Mapping) -> dict[str, object]:
+        """Columns that describe a cell's summary after its status (e.g. its chosen point): ``{header: value}``."""
+        return {}
+
+    def caption(self) -> str:
+        """The text above the table."""
+        return ""
+
+    # -- run mode ------------------------------------------------------------------------------------------------
+
+    def cell_runs(self, cell: Hashable) -> list[Experiment]:
+        """What ``cell`` needs trained now: its planned runs and re-runs, or its prerequisite's grid while it
+        waits."""
+        found = self.spec(cell)
+        if found is None:
+            return reproduce.search(*self.spec(self.prerequisite(cell)))
+        base, grid = found
+        return reproduce.cell_runs(base, grid, self.repetitions(base), self.results)
+
+    def wanted(self) -> list[Experiment]:
+        """What run mode trains now: every selected cell's runs, and the figures'. A cell that cannot run
+        (:attr:`unreachable`) or whose data is missing (:attr:`missing`) is printed once, with why."""
+        runs = []
+        for cell in self.selected:
+            try:
+                runs += self.cell_runs(cell)
+            except (ValueError, FileNotFoundError) as err:
+                self.note(", ".join(f"{k} {v}" for k, v in self.label(cell).items()), err)
+        return runs + self.figure_runs()
+
+    def note(self, what: str, err: ValueError | FileNotFoundError) -> None:
+        """Print once that ``what`` cannot run (a ValueError: :attr:`unreachable`) or misses its data
+        (:attr:`missing`), with why."""
+        notes = self.unreachable if isinstance(err, ValueError) else self.missing
+        if what not in notes:
+            notes[what] = str(err).splitlines()[0]
+            print(f"{what}: {'unreachable' if notes is self.unreachable else 'FAILED'}: {notes[what]}")
+
+    def run(self) -> list[tuple[str, str]]:
+        """Train the selected cells (grids, searches, re-runs of their best points, what those unlock) and the
+        figures' runs, round after round (:func:`dpbook.repro.reproduce.train_until_done`). Returns the failures as
+        (what, error): the runs that failed and the cells whose data is missing."""
+        done = reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
+                                          data_root=self.data, download=self.download)
+        self._summaries.clear()
+        return list(done["failed"].items()) + list(self.missing.items())
+
+    # -- what the chapter shows ------------------------------------------------------------------------------------
+
+    def summary(self, cell: Hashable) -> dict:
+        """:func:`dpbook.repro.reproduce.summary_or_unreachable` of ``cell``, read from the result files once."""
+        if cell not in self._summaries:
+            def found():
+                spec = self.spec(cell)
+                return None if spec is None else (*spec, self.repetitions(spec[0]))
+
+            self._summaries[cell] = reproduce.summary_or_unreachable(found, self.results)
+        return self._summaries[cell]
+
+    @property
+    def summaries(self) -> dict[Hashable, dict]:
+        """The summary of every selected cell."""
+        return {cell: self.summary(cell) for cell in self.selected}
+
+    def compared(self, cells: Sequence[Hashable]) -> list[dict]:
+        """One row per cell: its label, the paper's value, ours (mean ± std over seeds or searches), the
+        difference, its status and details (:func:`dpbook.repro.results.compare`); ``cell`` holds the cell."""
+        rows = results.compare([{**self.label(cell), "cell": cell} for cell in cells],
+                               reproduced=lambda row: self.summary(row["cell"])["values"],
+                               paper=lambda row: self.paper_row(row["cell"]))
+        for row in rows:
+            summary = self.summary(row["cell"])
+            row.update(status=summary["status"], **self.details(row["cell"], summary))
+        return rows
+
+    def table(self) -> str:
+        """The selected cells, paper vs reproduced, under the :meth:`caption`."""
+        rows = self.compared(self.selected)
+        names = list(dict.fromkeys(k for cell in self.selected for k in self.label(cell)))
+        details = list(dict.fromkeys(k for row in rows for k in self.details(row["cell"], self.summary(row["cell"]))))
+        return self.caption() + results.markdown_table(
+            rows, [*names, "paper", "reproduced", "difference", "status", *details],
+            [*names, "paper (%)", "reproduced (%)", "difference", "status", *details]) + reproduce.stand_in_note(
+            self.stand_ins)

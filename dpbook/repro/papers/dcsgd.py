@@ -8,8 +8,8 @@ defaults with one hyperparameter swept (p, b or sigma_H), at no tuning cost. Fig
 training, not accuracies: :mod:`.dcsgd_figures`.
 
 >>> rep = Reproduction(table="IV", datasets=["mnist"], methods=["dcsgd-e"], epsilons=[1.0])
->>> [(t, c["model"], c["epsilon"], c["method"]) for t, c in rep.selected]
-[('IV', 'mnist_cnn', 1.0, 'dcsgd-e')]
+>>> rep.selected
+[Cell(table='IV', model='mnist_cnn', dataset='mnist', epsilon=1.0, method='dcsgd-e')]
 >>> rep.grid_of("IV", "dcsgd-e")
 [{}]
 >>> len(rep.grid_of("V", "dcsgd-e")), rep.grid_of("V", "dcsgd-e")[0]
@@ -21,7 +21,8 @@ from __future__ import annotations
 __all__ = [
     "STUDY", "TABLES", "PROTOCOL", "OPTIMIZER", "PAPER_EPOCHS", "MODEL_NAMES", "DATASET_NAMES", "LABELS",
     "paper_table", "TABLE_VII", "TUNED_HYPERPARAMETERS", "paper_grid", "GRID_SIZES", "GRID_SIZES_SGD", "Setting",
-    "DCSGD_SETTINGS", "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "rename", "Reproduction", "table_cells", "hms"
+    "DCSGD_SETTINGS", "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "rename", "Cell", "Reproduction", "table_cells",
+    "hms"
 ]
 
 import collections
@@ -29,6 +30,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,7 +40,6 @@ from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter
 from dpbook.repro.params import check_known, listing
-from dpbook.repro.sweep import run_all
 from dpbook.tasks import TASKS
 from dpbook.tuning import grid_product
 
@@ -156,6 +157,16 @@ def rename(point: dict) -> dict:
     return {PAPER_SYMBOLS.get(k, k): v for k, v in point.items()}
 
 
+class Cell(NamedTuple):
+    """One cell of a table of results: the table, and the cell's (model, dataset, epsilon, method)."""
+
+    table: str
+    model: str
+    dataset: str
+    epsilon: float
+    method: str
+
+
 @dataclass
 class Reproduction(Chapter):
     """The chapter's parameters (see the notebook's parameters cell for each one's meaning), and its cells."""
@@ -207,7 +218,6 @@ class Reproduction(Chapter):
         self.lr_grid = list(TABLE_VII["lr"] if self.sgd_lrs is None else listing(self.sgd_lrs, float))
         self.swept = {"p": [float(v) for v in self.p_values], "b": [int(v) for v in self.b_values],
                       "sigma_H": [float(v) for v in self.sigma_H_values]}
-        self._compared: dict[str, list[dict]] = {}
         if self.fresh:
             if not self.smoke:
                 raise ValueError("fresh=True deletes result files; it is only allowed with smoke=True")
@@ -248,51 +258,55 @@ class Reproduction(Chapter):
                          micro_batch_size=self.micro_batch_size)
         return reproduce.stand_in(exp, self.stand_ins)
 
-    def spec(self, t: str, c: dict) -> tuple[Experiment, list[dict]]:
-        """(base, grid) of cell ``c`` of table ``t``."""
-        return self.base_of(t, c["model"], c["dataset"], c["epsilon"], c["method"]), self.grid_of(t, c["method"])
+    def is_selected(self, c: Cell) -> bool:
+        return ((self.datasets is None or c.dataset in self.datasets)
+                and (self.models is None or c.model in self.models)
+                and (self.methods is None or c.method in self.methods)
+                and (self.epsilons is None or c.epsilon in self.epsilons))
+
+    # -- the protocol (:class:`.chapter.Chapter`) ---------------------------------------------------------------
+
+    @property
+    def selected(self) -> list[Cell]:
+        """The cells that ``table``, ``datasets``, ``models``, ``methods`` and ``epsilons`` select."""
+        return [c for t in self.tables for c in table_cells(t) if self.is_selected(c)]
+
+    def spec(self, c: Cell) -> tuple[Experiment, list[dict]]:
+        """(base, grid) of cell ``c``. NAMES has no fixed size: :func:`dpbook.repro.reproduce.measured_size` reads it
+        from the files under ``data_root`` once, for the planning of this process's runs (a FileNotFoundError while
+        they are missing)."""
+        if c.dataset == "names" and not self.smoke:
+            reproduce.measured_size("names", self.data)
+        return self.base_of(*c), self.grid_of(c.table, c.method)
 
     def repetitions(self, base: Experiment) -> int:
         return self.seeds if base.protocol == "none" else self.searches
 
-    def names_size_known(self) -> bool:
-        """NAMES has no fixed size: :func:`dpbook.repro.reproduce.measured_size` reads it from the files under
-        ``data_root`` once, for the planning of this process's runs (False while they are missing)."""
-        if self.smoke:
-            return True
-        try:
-            reproduce.measured_size("names", self.data)
-            return True
-        except FileNotFoundError:
-            return False
+    def paper_row(self, c: Cell) -> dict:
+        return next(r for r in paper_table(c.table)["rows"]
+                    if (r["model"], r["dataset"], float(r["epsilon"]), r["method"]) == c[1:])
 
-    def check_size(self, base: Experiment) -> None:
-        if base.dataset == "names" and not self.names_size_known():
-            raise FileNotFoundError(f"NAMES is not under {self.data}, so its size N (which sets sigma) is unknown")
+    def label(self, c: Cell) -> dict[str, object]:
+        return {"table": c.table, "model": MODEL_NAMES[c.model], "dataset": self.dataset_names[c.dataset],
+                "ε": f"{c.epsilon:g}", "method": LABELS[c.method]}
 
-    def planned(self, base: Experiment, grid: list[dict]) -> list[Experiment]:
-        self.check_size(base)
-        return reproduce.planned_runs(base, grid, self.repetitions(base))
+    def details(self, c: Cell, summary: dict) -> dict[str, object]:
+        """The chosen hyperparameters, sigma and (DC-SGD-P/E) sigma_H of a cell."""
+        sigma, chosen = summary["sigma"], summary["chosen"]
+        return {"chosen hyperparameters": json.dumps(chosen[0], sort_keys=True) if summary["values"] else "—",
+                "σ": "—" if sigma is None else f"{sigma:.4f}",
+                "σ_H": f"{run_sigma_H(sigma):g}" if sigma and c.method.startswith("dcsgd") else "—"}
 
-    def cell(self, t: str, c: dict) -> dict:
-        """:func:`dpbook.repro.reproduce.cell`; "not run yet" with the reason while NAMES's size is unknown."""
-        base, grid = self.spec(t, c)
-        try:
-            self.check_size(base)
-        except FileNotFoundError as err:
-            return {**reproduce.empty_summary("not run yet"), "reason": str(err)}
-        return reproduce.cell(base, grid, self.repetitions(base), self.results)
-
-    def is_selected(self, c: dict) -> bool:
-        return ((self.datasets is None or c["dataset"] in self.datasets)
-                and (self.models is None or c["model"] in self.models)
-                and (self.methods is None or c["method"] in self.methods)
-                and (self.epsilons is None or c["epsilon"] in self.epsilons))
-
-    @property
-    def selected(self) -> list[tuple[str, dict]]:
-        """The (table, cell) pairs that ``table``, ``datasets``, ``models``, ``methods`` and ``epsilons`` select."""
-        return [(t, c) for t in self.tables for c in table_cells(t) if self.is_selected(c)]
+    def figure_runs(self) -> list[Experiment]:
+        """The selected figures' points (Figs. 4 and 8 are measurements: :func:`.dcsgd_figures.measure`)."""
+        runs = []
+        for fig in (f for f in self.figures if f in FIGURES):
+            for point, base in self.figure_points(fig):
+                try:
+                    runs += reproduce.planned_runs(base, [{}], self.figure_seeds)
+                except ValueError as err:
+                    self.note(f"Fig. {fig} {point}", err)
+        return runs
 
     # -- figure points -------------------------------------------------------------------------------------------
 
@@ -318,62 +332,20 @@ class Reproduction(Chapter):
                             yield (dataset, model, method, float(epsilon), value), self.figure_base(
                                 dataset, model, method, epsilon, name, value)
 
-    # -- run mode ------------------------------------------------------------------------------------------------
-
-    def run(self, jobs: int = 1) -> list[tuple[str, str]]:
-        """Train the selected cells and figure points in two phases: everything known in advance, then the re-runs of
-        each complete grid's best point (Figs. 4 and 8 are measurements: :func:`.dcsgd_figures.measure`). Returns the
-        failures as (what, error)."""
-        failures, unreachable, phase1 = [], [], []
-        for t, c in self.selected:
-            try:
-                phase1 += self.planned(*self.spec(t, c))
-            except ValueError as err:
-                unreachable.append(f"table {t} {c['model']} {c['dataset']} eps={c['epsilon']:g} {c['method']}: "
-                                   f"{str(err).splitlines()[0]}")
-            except FileNotFoundError as err:
-                failures.append((f"table {t} {c['dataset']} {c['method']}", str(err)))
-                print("FAILED:", err)
-        for fig in (f for f in self.figures if f in FIGURES):
-            for point, base in self.figure_points(fig):
-                try:
-                    phase1 += reproduce.planned_runs(base, [{}], self.figure_seeds)
-                except ValueError as err:
-                    unreachable.append(f"Fig. {fig} {point}: {str(err).splitlines()[0]}")
-        run_kwargs = dict(jobs=jobs, device=self.device, data_root=self.data, download=self.download,
-                          results_dir=self.results)
-        first = run_all(phase1, **run_kwargs)
-        phase2 = []
-        for t, c in self.selected:
-            if PROTOCOL[t] == "none":
-                try:
-                    base, grid = self.spec(t, c)
-                    self.check_size(base)
-                    phase2 += reproduce.reruns(base, grid, self.seeds, self.results)
-                except (ValueError, FileNotFoundError):
-                    pass  # already reported in phase 1
-        second = run_all(phase2, **run_kwargs)
-        failures += first["failed"] + second["failed"]
-        for name, summary in (("phase 1 (grids, searches, figure points)", first), ("phase 2 (re-runs)", second)):
-            print(f"{name}: {summary['planned']} runs, {summary['skipped']} already recorded, {summary['done']} "
-                  f"trained, {len(summary['failed'])} failed")
-        for line in unreachable:
-            print("unreachable:", line)
-        return failures
-
     # -- what the chapter shows ------------------------------------------------------------------------------------
 
-    def cost(self, cells: list[tuple[str, dict]]) -> tuple[int, float, int]:
+    def cost(self, cells: list[Cell]) -> tuple[int, float, int]:
         """Runs the cells need and their time at Table I's per-run speed: (runs, seconds, runs without a time)."""
         per_run_time = {(r["model"], r["method"]): r["value"] for r in paper_table("I")["rows"]}
         runs, seconds, unpriced = 0, 0.0, 0
-        for t, c in cells:
-            base, grid = self.spec(t, c)
+        for c in cells:
             try:
-                n = len(self.planned(base, grid)) + (self.seeds if base.protocol == "none" and len(grid) > 1 else 0)
+                base, grid = self.spec(c)
+                n = (len(reproduce.planned_runs(base, grid, self.repetitions(base)))
+                     + (self.seeds if base.protocol == "none" and len(grid) > 1 else 0))
             except (ValueError, FileNotFoundError):
                 continue  # unreachable, or NAMES not on disk: nothing to count
-            per_run = per_run_time.get((c["model"], c["method"] if c["method"] != "autos" else "dpsgd"))
+            per_run = per_run_time.get((c.model, c.method if c.method != "autos" else "dpsgd"))
             runs += n
             seconds += n * (per_run or 0)
             unpriced += n if per_run is None else 0
@@ -382,7 +354,7 @@ class Reproduction(Chapter):
     def cost_table(self) -> str:
         """Runs each table needs, and the selection, with their GPU time at Table I's speed."""
         rows = []
-        for name, cells in [*((t, [(t, c) for c in table_cells(t)]) for t in TABLES),
+        for name, cells in [*((t, table_cells(t)) for t in TABLES),
                             ("your selection", self.selected)]:
             n, s, unpriced = self.cost(cells)
             time = f"{s / 3600:,.1f} h" if name == "your selection" else f"{s / 3600:,.0f} h ({s / 86400:,.1f} days)"
@@ -420,75 +392,48 @@ class Reproduction(Chapter):
                 + results.markdown_table(rows, ["model", "method", "G", "paper", "measured"],
                                          ["model", "method", "G", "paper: one run × G", "ours: one run × G"]))
 
-    def compared(self, t: str) -> list[dict]:
-        """Every cell of table ``t`` with its result (:meth:`cell`), paper vs reproduced (read once)."""
-        if t not in self._compared:
-            cells = table_cells(t)
-            for c in cells:
-                c["result"] = self.cell(t, c)
-            self._compared[t] = results.compare(cells, reproduced=lambda c: c["result"]["values"],
-                                                paper=lambda c: c["paper_row"])
-        return self._compared[t]
-
     def table_text(self, t: str) -> str:
         """Table ``t`` as the paper lays it out, every cell reading "paper → ours, Δ"."""
-        compared = self.compared(t)
-        rows, order = {}, []
-        for c in compared:
-            key = (c["model"], c["dataset"], c["epsilon"])
-            if key not in rows:
-                rows[key] = {"model": MODEL_NAMES[c["model"]], "dataset": self.dataset_names[c["dataset"]],
-                             "epsilon": f"{c['epsilon']:g}"}
-                order.append(key)
-            res = c["result"]
-            paper_text = f"**{c['paper']}**" if c["paper_row"].get("bold") else c["paper"]
-            if res["status"] == "unreachable":
-                ours = "unreachable: " + res["reason"].splitlines()[0][:90]
-            elif c["n"] == 0:
+        compared = self.compared(table_cells(t))
+        rows = {}
+        for row in compared:
+            c, summary = row["cell"], self.summary(row["cell"])
+            line = rows.setdefault((c.model, c.dataset, c.epsilon), {
+                "model": MODEL_NAMES[c.model], "dataset": self.dataset_names[c.dataset], "epsilon": f"{c.epsilon:g}"})
+            paper_text = f"**{row['paper']}**" if self.paper_row(c).get("bold") else row["paper"]
+            if summary["status"].startswith("unreachable"):
+                ours = "unreachable: " + summary["reason"].splitlines()[0][:90]
+            elif row["n"] == 0:
                 ours = "not run yet"
             else:
-                ours = f"{c['reproduced']}, Δ {c['difference']}" + (" (partial)" if res["status"] == "partial" else "")
-            rows[key][c["method"]] = f"{paper_text} → {ours}"
-        table_methods = list(dict.fromkeys(c["method"] for c in compared))
-        done = sum(c["n"] > 0 for c in compared)
+                partial = " (partial)" if summary["status"] != "done" else ""
+                ours = f"{row['reproduced']}, Δ {row['difference']}{partial}"
+            line[c.method] = f"{paper_text} → {ours}"
+        table_methods = list(dict.fromkeys(row["cell"].method for row in compared))
+        done = sum(row["n"] > 0 for row in compared)
         header = (f"**Table {t}.** {paper_table(t)['title']} Protocol `{PROTOCOL[t]}`, optimizer `{OPTIMIZER[t]}`. "
                   f"Cells with results: {done} of {len(compared)}.\n\n")
         return header + results.markdown_table(
-            [rows[k] for k in order], ["model", "dataset", "epsilon", *table_methods],
+            list(rows.values()), ["model", "dataset", "epsilon", *table_methods],
             ["model", "dataset", "ε", *[LABELS[m] for m in table_methods]]) + reproduce.stand_in_note(self.stand_ins)
 
     def selected_detail(self, only_with_results: bool) -> str | None:
         """The selected cells with status, chosen hyperparameters, sigma and sigma_H (None when there is none)."""
-        rows = []
-        for t, c in self.selected:
-            match = next(r for r in self.compared(t) if (r["model"], r["dataset"], r["epsilon"], r["method"])
-                         == (c["model"], c["dataset"], c["epsilon"], c["method"]))
-            res, sigma = match["result"], match["result"]["sigma"]
-            if only_with_results and match["n"] == 0:
-                continue
-            rows.append({"table": t, "model": MODEL_NAMES[c["model"]], "dataset": self.dataset_names[c["dataset"]],
-                         "epsilon": f"{c['epsilon']:g}", "method": LABELS[c["method"]], "status": res["status"],
-                         "ours": match["reproduced"], "paper": match["paper"],
-                         "chosen": json.dumps(res["chosen"][0], sort_keys=True) if res["values"] else "—",
-                         "sigma": "—" if sigma is None else f"{sigma:.4f}",
-                         "sigma_H": f"{run_sigma_H(sigma):g}" if sigma and c["method"].startswith("dcsgd") else "—"})
+        rows = [row for row in self.compared(self.selected) if row["n"] > 0 or not only_with_results]
         if not rows:
             return None
-        return results.markdown_table(
-            rows, ["table", "model", "dataset", "epsilon", "method", "status", "paper", "ours", "chosen", "sigma",
-                   "sigma_H"],
-            ["table", "model", "dataset", "ε", "method", "status", "paper", "ours", "chosen hyperparameters", "σ",
-             "σ_H"])
+        columns = ["table", "model", "dataset", "ε", "method", "status", "paper", "reproduced",
+                   "chosen hyperparameters", "σ", "σ_H"]
+        return results.markdown_table(rows, columns, [{"reproduced": "ours"}.get(k, k) for k in columns])
 
     def recorded_files(self) -> int:
         """How many result files of this study (smoke or real, as selected) are recorded."""
         return sum(p.name.startswith("smoke_") == bool(self.smoke) for p in (self.results / STUDY).glob("*/*.json"))
 
 
-def table_cells(t: str) -> list[dict]:
-    """Every cell (model, dataset, epsilon, method) of the paper's table t, with its transcribed row."""
-    return [dict(model=r["model"], dataset=r["dataset"], epsilon=float(r["epsilon"]), method=r["method"],
-                 paper_row=r) for r in paper_table(t)["rows"]]
+def table_cells(t: str) -> list[Cell]:
+    """Every cell (model, dataset, epsilon, method) of the paper's table t."""
+    return [Cell(t, r["model"], r["dataset"], float(r["epsilon"]), r["method"]) for r in paper_table(t)["rows"]]
 
 
 def hms(seconds: float) -> str:

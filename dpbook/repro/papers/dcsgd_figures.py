@@ -24,14 +24,13 @@ import torch
 from matplotlib.ticker import NullLocator
 from torch import nn
 
-from dpbook.methods import METHODS
 from dpbook.methods.dcsgd import expected_errors_from_norms
 from dpbook.per_sample import PerSampleGradients, flat_norms
 from dpbook.repro import reproduce, results
-from dpbook.repro.experiment import build_task_model, load_task_data, make_optimizer, plan_of, resolve_device
+from dpbook.repro.experiment import prepare
 from dpbook.repro.papers.dcsgd import FIGURES, LABELS, MODEL_NAMES, STUDY
 from dpbook.repro.plotting import annotate_empty, axes, legend_below, method_colour, panel_grid
-from dpbook.train import Trainer, evaluate
+from dpbook.train import evaluate
 
 AXIS = {"p": "p (fraction of examples left unclipped)", "b": "b (number of histogram bins)",
         "sigma_H": "σ_H (histogram noise multiplier)"}
@@ -124,16 +123,10 @@ def measure_fig4(rep, dataset: str, model_name: str) -> None:
     path = _analysis_path(rep, "fig4", params)
     if path.exists():
         return
-    dev = resolve_device(rep.device)
-    exp = rep.base_of("IV", model_name, dataset, 8.0, "dpsgd", C=1.0)
-    splits = load_task_data(exp, root=rep.data, download=rep.download)
-    plan = plan_of(exp, len(splits.x_train))
-    torch.manual_seed(exp.seed)
-    model = build_task_model(exp).to(dev)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    trainer = Trainer(model, METHODS["dpsgd"].from_plan(plan, C=1.0), make_optimizer("adam", trainable, rep.lr),
-                      splits, expected_batch_size=rep.batch_size, epochs=exp.epochs, delta=plan.per_run_delta,
-                      micro_batch_size=rep.micro_batch_size, seed=exp.seed, device=dev)
+    run = prepare(rep.base_of("IV", model_name, dataset, 8.0, "dpsgd", C=1.0), data_root=rep.data,
+                  download=rep.download, device=rep.device)
+    dev, plan, splits, trainer = run.device, run.plan, run.splits, run.trainer()
+    trainable = [p for p in run.model.parameters() if p.requires_grad]
     at = {max(1, round(f * trainer.T)): float(f) for f in rep.fig4_fractions}
     d, curves, generator = sum(p.numel() for p in trainable), [], torch.Generator().manual_seed(1)
 
@@ -160,14 +153,11 @@ def measure_fig8(rep, dataset: str, model_name: str) -> None:
     path = _analysis_path(rep, "fig8", params)
     if path.exists():
         return
-    dev = resolve_device(rep.device)
-    exp = rep.base_of("IV", model_name, dataset, 8.0, "dpsgd")
-    splits = load_task_data(exp, root=rep.data, download=rep.download)
+    exp = rep.base_of("IV", model_name, dataset, 8.0, "dpsgd").replace(optimizer=rep.fig8_optimizer, lr=rep.fig8_lr)
+    run = prepare(exp, data_root=rep.data, download=rep.download, device=rep.device)  # its method stays unused
+    dev, splits, model, optimizer = run.device, run.splits, run.model, run.optimizer
     x, y = splits.x_train.to(dev), splits.y_train.to(dev)
     N, generator = len(x), torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
-    model = build_task_model(exp).to(dev)
-    optimizer = make_optimizer(rep.fig8_optimizer, [p for p in model.parameters() if p.requires_grad], rep.fig8_lr)
     probe = torch.randperm(N, generator=generator)[:rep.fig8_samples].to(dev)
     per_epoch = max(1, round(N / rep.batch_size))
     T = exp.epochs * per_epoch

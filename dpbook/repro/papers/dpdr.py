@@ -12,7 +12,7 @@ DP-SGD's grid is the learning rates times the clipping bounds; DPDR's sigma_alph
 sigma_alpha / sigma_perp times sigma_perp:
 
 >>> rep = Reproduction(datasets=["mnist"], epsilons=[3.0], methods=["dpsgd", "dpdr"], lr_grid=[0.5], C_grid=[0.1, 1.0])
->>> len(rep.cells), rep.spec("dpsgd", "mnist", 3.0)[1]
+>>> len(rep.cells), rep.spec(("mnist", 3.0, "dpsgd"))[1]
 (2, [{'lr': 0.5, 'C': 0.1}, {'lr': 0.5, 'C': 1.0}])
 >>> table2("mnist", 3.0, "sigma_perp"), table2("mnist", 3.0, "sigma_alpha"), rep.ratio_of("mnist", 3.0)
 (0.81, 2.0, 2.46914)
@@ -137,7 +137,6 @@ class Reproduction(Chapter):
     diff2_restart_every: int = 50
     autos_gamma: float = 0.01
     cells: list[tuple[str, float, str]] | None = None
-    jobs: int = 1
     fig_dataset: str = "cifar10"
     fig5_epsilon: float = 3.0
     fig5_accuracy_level: float = 55.0
@@ -185,8 +184,17 @@ class Reproduction(Chapter):
                          micro_batch_size=per_dataset(self.micro_batch_size, dataset, None))
         return reproduce.stand_in(exp, self.stand_ins)
 
-    def spec(self, key: str, dataset: str, epsilon: float) -> tuple[Experiment, list[dict]] | None:
+    # -- the protocol (:class:`.chapter.Chapter`) ---------------------------------------------------------------
+
+    @property
+    def selected(self) -> list[tuple[str, float, str]]:
+        """The selected cells (dataset, epsilon, key) in Table 1's order: epsilon, then row, then dataset."""
+        order, names = {k: i for i, k in enumerate(ROWS)}, list(models())
+        return sorted(self.cells, key=lambda c: (c[1], order[c[2]], names.index(c[0])))
+
+    def spec(self, cell: tuple[str, float, str]) -> tuple[Experiment, list[dict]] | None:
         """(base, grid) of a Table 1 cell; None while it waits for the best DP-SGD point (DPDR, DIFF, DIFF2)."""
+        dataset, epsilon, key = cell
         base = self.base_of(key, dataset, epsilon)
         if key == "dpsgd":
             return base, grid_product(lr=self.lr_grid, C=self.C_grid)
@@ -194,47 +202,45 @@ class Reproduction(Chapter):
             return base, grid_product(lr=self.adam_lr_grid, C=self.C_grid)
         if key == "autos":
             return base, grid_product(lr=self.lr_grid, gamma=[clean_float(self.autos_gamma)])
-        sgd = reproduce.best_run(*self.spec("dpsgd", dataset, epsilon), self.results)
+        sgd = reproduce.best_run(*self.spec(self.prerequisite(cell)), self.results)
         if sgd is None:
             return None
         C_g = sgd.hyperparameters["C"]
         if key == "dpdr":   # the DP-SGD phase at the best DP-SGD settings (App. A.1)
             return base, grid_product(lr=[sgd.lr], C_perp=self.C_perp_grid, C_alpha=self.C_alpha_grid, C_g=[C_g],
-                                 s=[int(self.s)], sigma_alpha_ratio=[self.ratio_of(dataset, epsilon)])
+                                      s=[int(self.s)], sigma_alpha_ratio=[self.ratio_of(dataset, epsilon)])
         if key == "diff":
             return base, grid_product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g])
         return base, grid_product(lr=self.lr_grid, C_d=self.C_d_grid, C_g=[C_g],
-                             restart_every=[int(self.diff2_restart_every)])
+                                  restart_every=[int(self.diff2_restart_every)])
 
-    # -- run mode ------------------------------------------------------------------------------------------------
+    def prerequisite(self, cell: tuple[str, float, str]) -> tuple[str, float, str]:
+        """DPDR, DIFF and DIFF2 take C_g (and DPDR its learning rate) from DP-SGD's best point (App. A.1)."""
+        return cell[0], cell[1], "dpsgd"
 
-    def table_runs(self) -> list[Experiment]:
-        """The runs of the selected cells that can be trained now (DP-SGD's grid for a cell that waits for it)."""
-        runs = []
-        for dataset, epsilon, key in self.cells:
-            try:
-                found = self.spec(key, dataset, epsilon)
-                if found is None:   # waits for DP-SGD's best point: train DP-SGD's grid first
-                    runs += reproduce.search(*self.spec("dpsgd", dataset, epsilon))
-                else:
-                    runs += reproduce.cell_runs(*found, self.seeds, self.results)
-            except ValueError as err:   # a method that cannot run at this noise; the table says why
-                print(f"{label(key)} on {dataset} at epsilon {epsilon:g} is unreachable: {str(err).splitlines()[0]}")
-        return runs
+    def paper_row(self, cell: tuple[str, float, str]) -> dict | None:
+        return paper_row(*cell)
 
-    def wanted(self) -> list[Experiment]:
-        """What run mode trains now: :meth:`table_runs`, and Fig. 6's points (``run_figure6``) once they exist."""
-        runs = self.table_runs()
-        if self.run_figure6 and (self.fig_dataset, float(self.fig6_epsilon)) in {(d, e) for d, e, _ in self.cells}:
-            points, _ = self.figure6_points()
-            keys = {k for _, _, k in self.cells}
-            runs += [run for (_, key), pts in points.items() if key in keys for _, run in pts]
-        return runs
+    def label(self, cell: tuple[str, float, str]) -> dict[str, object]:
+        dataset, epsilon, key = cell
+        return {"ε": epsilon, "method": label(key), "dataset (model)": f"{dataset} ({models()[dataset]})"}
 
-    def run(self) -> dict:
-        """Train the selected cells (grids, re-runs of their best points, what those unlock), round after round."""
-        return reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
-                                          data_root=self.data, download=self.download)
+    def details(self, cell: tuple, summary: dict) -> dict[str, object]:
+        sigma = summary["sigma"]
+        return {"chosen": self.chosen(summary["best"]), "σ": "" if sigma is None else f"{sigma:.4f}"}
+
+    def caption(self) -> str:
+        table1 = paper_tables()[0]
+        return f"**{table1['title']}** ({table1['source']}; {table1['statistic']})\n\n"
+
+    def figure_runs(self) -> list[Experiment]:
+        """Fig. 6's points (``run_figure6``) once they exist, when fig_dataset and fig6_epsilon are selected."""
+        shown = (self.fig_dataset, float(self.fig6_epsilon)) in {(d, e) for d, e, _ in self.cells}
+        if not (self.run_figure6 and shown):
+            return []
+        points, _ = self.figure6_points()
+        keys = {k for _, _, k in self.cells}
+        return [run for (_, key), pts in points.items() if key in keys for _, run in pts]
 
     def feasible(self, run: Experiment) -> str | None:
         """None if the run's method can run at its noise, else the reason (a DPDR s whose GDR steps exceed the
@@ -253,7 +259,7 @@ class Reproduction(Chapter):
         epsilon, best, notes = float(self.fig6_epsilon), {}, []
         for key in ("dpdr", "dpsgd"):
             try:
-                found = self.spec(key, self.fig_dataset, epsilon)
+                found = self.spec((self.fig_dataset, epsilon, key))
                 best[key] = None if found is None else reproduce.best_run(*found, self.results)
             except ValueError as err:
                 best[key], notes = None, notes + [f"{label(key)}: {str(err).splitlines()[0]}"]
@@ -310,21 +316,6 @@ class Reproduction(Chapter):
             ["dataset (model)", "ε", "N", "B", "T (steps)", "q", "σ (DP-SGD, ours)",
              f"DPDR σ_g / σ_⊥ / σ_α (ours, s = {self.s})", "Table 2: σ_g / σ_⊥ / σ_α"])
 
-    @functools.cached_property
-    def summaries(self) -> dict[tuple, dict]:
-        """:func:`dpbook.repro.reproduce.summarise` of every selected cell (or why it waits or is unreachable)."""
-        return {cell: reproduce.summary_or_unreachable(lambda: self.spec(cell[2], cell[0], cell[1]), self.seeds,
-                                                       self.results)
-                for cell in self.cells}
-
-    def summary(self, dataset: str, epsilon: float, key: str) -> dict:
-        """A cell's summary: the selected cell's, else read from the result files (a figure's unselected cell)."""
-        info = self.summaries.get((dataset, float(epsilon), key))
-        if info is None:
-            info = reproduce.summary_or_unreachable(lambda: self.spec(key, dataset, float(epsilon)), self.seeds,
-                                                    self.results)
-        return info
-
     @staticmethod
     def chosen(run: Experiment | None) -> str:
         """The learning rate and bounds of a cell's chosen point."""
@@ -332,24 +323,6 @@ class Reproduction(Chapter):
             return ""
         hp = {k: v for k, v in run.hyperparameters.items() if k not in ("sigma_alpha_ratio",)}
         return f"lr {run.lr:g}, " + ", ".join(f"{k} {v:g}" for k, v in hp.items())
-
-    def table(self) -> str:
-        """Table 1, paper vs reproduced, with each cell's status, chosen point and noise multiplier."""
-        table1, names = paper_tables()[0], list(models())
-        order = {k: i for i, k in enumerate(ROWS)}
-        cells = [dict(epsilon=e, method=label(k), dataset=f"{d} ({models()[d]})", key=(d, e, k))
-                 for d, e, k in sorted(self.cells, key=lambda c: (c[1], order[c[2]], names.index(c[0])))]
-        compared = results.compare(cells, reproduced=lambda c: self.summaries[c["key"]]["values"],
-                                   paper=lambda c: paper_row(*c["key"]))
-        for row in compared:
-            info = self.summaries[row["key"]]
-            row.update(status=info["status"], chosen=self.chosen(info["best"]),
-                       sigma="" if info["sigma"] is None else f"{info['sigma']:.4f}")
-        columns = ["epsilon", "method", "dataset", "paper", "reproduced", "difference", "status", "chosen", "sigma"]
-        return (f"**{table1['title']}** ({table1['source']}; {table1['statistic']})\n\n" + results.markdown_table(
-            compared, columns,
-            ["ε", "method", "dataset (model)", "paper (%)", "reproduced (%)", "difference", "status", "chosen", "σ"])
-            + reproduce.stand_in_note(self.stand_ins))
 
     # -- Fig. 5 ----------------------------------------------------------------------------------------------------
 
@@ -359,7 +332,7 @@ class Reproduction(Chapter):
         keys = [k for k in ROWS if k in {c for _, _, c in self.cells}] or list(ROWS)
         curves = {}
         for key in keys:
-            records = self.summary(self.fig_dataset, float(self.fig5_epsilon), key)["records"]
+            records = self.summary((self.fig_dataset, float(self.fig5_epsilon), key))["records"]
             if records:
                 curves[key] = {"steps": _mean_curve(records, "step"),
                                "acc": 100 * _mean_curve(records, "test_accuracy"),
@@ -411,7 +384,7 @@ class Reproduction(Chapter):
     def fig6_figure(self) -> plt.Figure:
         """Fig. 6: final test accuracy against B (a), DPDR's C_alpha (b) and s (c), DP-SGD's Table 1 cell as a band."""
         points, _ = self.figure6_points()
-        dpsgd_values = self.summary(self.fig_dataset, float(self.fig6_epsilon), "dpsgd")["values"]
+        dpsgd_values = self.summary((self.fig_dataset, float(self.fig6_epsilon), "dpsgd"))["values"]
         reference = 100 * np.array(dpsgd_values) if dpsgd_values else None
 
         fig, panels = plt.subplots(3, 1, figsize=(8, 11), layout="constrained")

@@ -12,7 +12,7 @@ moves its weights by steps of the same size whatever its sensitivity :math:`\Del
 On MNIST (C = 0.3, s = 0.9), DP-SGD's sensitivity is C and DP-PSASC's C/s, so eta_eff = 1 is two learning rates:
 
 >>> rep = Reproduction(datasets=["mnist"], methods=["dpsgd", "psasc"], lr_grid=[1.0])
->>> [rep.spec("mnist", method)[1] for method in ("dpsgd", "psasc")]
+>>> [rep.spec(("mnist", method))[1] for method in ("dpsgd", "psasc")]
 [[{'lr': 3.33333, 'C': 0.3}], [{'lr': 3.0, 'C': 0.3, 'r': 0.0001, 's': 0.9}]]
 """
 
@@ -79,7 +79,6 @@ class Reproduction(Chapter):
     lr_grids: dict[str, list[float]] = field(default_factory=dict)
     momentum_grid: list[dict] = field(default_factory=lambda: [{"K0": 2, "gamma0": 0.5, "gamma1": 0.5}])
     cells: list[tuple[str, str]] | None = None
-    jobs: int = 1
     curve_datasets: list[str] | None = None
 
     def __post_init__(self):
@@ -140,21 +139,41 @@ class Reproduction(Chapter):
         point = dict(run.hyperparameters)
         return clean_float(run.lr * sensitivity(run.method, tuple(sorted(point.items()))) / point.get("gamma1", 1.0))
 
-    def spec(self, dataset: str, method: str) -> tuple[Experiment, list[dict]]:
-        """(base, grid) of a Table III cell: every learning rate of the grid x every hyperparameter point."""
+    # -- the protocol (:class:`.chapter.Chapter`) ---------------------------------------------------------------
+
+    @property
+    def selected(self) -> list[tuple[str, str]]:
+        return self.cells
+
+    def spec(self, cell: tuple[str, str]) -> tuple[Experiment, list[dict]]:
+        """(base, grid) of a Table III cell (dataset, method): every learning rate of the grid x every hyperparameter
+        point."""
+        dataset, method = cell
         grid = [{"lr": self.lr_of(method, point, eta), **point}
                 for point in self.points(dataset, method) for eta in self.eta_grid(dataset)]
         return self.base_of(dataset, method), grid
 
-    # -- run mode ------------------------------------------------------------------------------------------------
+    def paper_row(self, cell: tuple[str, str]) -> dict | None:
+        rows = results.paper_rows(paper_tables()[1], dataset=cell[0], method=cell[1])
+        return rows[0] if rows else None
 
-    def wanted(self) -> list[Experiment]:
-        return [run for cell in self.cells for run in reproduce.cell_runs(*self.spec(*cell), self.seeds, self.results)]
+    def label(self, cell: tuple[str, str]) -> dict[str, object]:
+        dataset, method = cell
+        return {"benchmark (model)": f"{dataset} ({settings()[dataset]['model']})", "method": LABELS[method],
+                "s": f"{self.s_of(dataset):g}" if method.startswith("psasc") else ""}
 
-    def run(self) -> dict:
-        """Train the selected cells (grids, then the re-runs of their best points), round after round."""
-        return reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
-                                          data_root=self.data, download=self.download)
+    def details(self, cell: tuple, summary: dict) -> dict[str, object]:
+        run = summary["best"]
+        if run is None:
+            return {"chosen": ""}
+        text = f"lr {run.lr:.3g} (η_eff {self.eta_of(run):g})"
+        if run.method == "psasc-momentum":
+            text += ", " + ", ".join(f"{k} {run.hyperparameters[k]:g}" for k in ("K0", "gamma0", "gamma1"))
+        return {"chosen": text}
+
+    def caption(self) -> str:
+        table3 = paper_tables()[1]
+        return f"**{table3['title']}** ({table3['source']}; {table3['statistic']})\n\n"
 
     # -- what the chapter shows ------------------------------------------------------------------------------------
 
@@ -169,45 +188,13 @@ class Reproduction(Chapter):
                    "C": f"{st['C']:g}", "r": f"{st['r']:g}", "s": f"{self.s_of(dataset):g}",
                    "budget": f"({st['epsilon']:g}, {st['delta']:g})", "sigma": f"{plan.sigma:.4f}"}
             for method in LABELS:
-                row[method] = ", ".join(f"{lr:.3g}" for lr in sorted({p["lr"] for p in self.spec(dataset, method)[1]}))
+                lrs = sorted({point["lr"] for point in self.spec((dataset, method))[1]})
+                row[method] = ", ".join(f"{lr:.3g}" for lr in lrs)
             rows.append(row)
         return results.markdown_table(
             rows, ["benchmark", "N", "B", "epochs", "T", "q", "C", "r", "s", "budget", "sigma", *LABELS],
             ["benchmark (model)", "N (Table II / used)", "B", "epochs", "T (steps)", "q", "C", "r", "s (Table III)",
              "(ε, δ)", "σ", *(f"lr {LABELS[m]}" for m in LABELS)])
-
-    @functools.cached_property
-    def summaries(self) -> dict[tuple, dict]:
-        """:func:`dpbook.repro.reproduce.summarise` of every selected cell (or why it is unreachable)."""
-        return {cell: reproduce.summary_or_unreachable(lambda: self.spec(*cell), self.seeds, self.results)
-                for cell in self.cells}
-
-    def chosen(self, run: Experiment | None) -> str:
-        if run is None:
-            return ""
-        text = f"lr {run.lr:.3g} (η_eff {self.eta_of(run):g})"
-        if run.method == "psasc-momentum":
-            text += ", " + ", ".join(f"{k} {run.hyperparameters[k]:g}" for k in ("K0", "gamma0", "gamma1"))
-        return text
-
-    def table(self) -> str:
-        """Table III, paper vs reproduced, with each cell's status and chosen learning rate."""
-        table3 = paper_tables()[1]
-        cells = [dict(benchmark=f"{d} ({settings()[d]['model']})", method=LABELS[m],
-                      s=f"{self.s_of(d):g}" if m.startswith("psasc") else "", key=(d, m)) for d, m in self.cells]
-
-        def paper_row(c):
-            rows = results.paper_rows(table3, dataset=c["key"][0], method=c["key"][1])
-            return rows[0] if rows else None
-
-        compared = results.compare(cells, reproduced=lambda c: self.summaries[c["key"]]["values"], paper=paper_row)
-        for row in compared:
-            info = self.summaries[row["key"]]
-            row.update(status=info["status"], chosen=self.chosen(info["best"]))
-        return (f"**{table3['title']}** ({table3['source']}; {table3['statistic']})\n\n" + results.markdown_table(
-            compared, ["benchmark", "method", "s", "paper", "reproduced", "difference", "status", "chosen"],
-            ["benchmark (model)", "method", "s", "paper (%)", "reproduced (%)", "difference", "status", "chosen"])
-            + reproduce.stand_in_note(self.stand_ins))
 
     def curves(self, dataset: str) -> tuple[dict, dict]:
         """Per method: the chosen point's per-epoch test accuracy (a row per re-run), and (eta_eff, final accuracy)
@@ -217,10 +204,8 @@ class Reproduction(Chapter):
             if self.curve_datasets is None and (dataset, method) not in self.cells:
                 continue
             try:
-                base, grid = self.spec(dataset, method)
-                info = self.summaries.get((dataset, method)) or reproduce.summarise(base, grid, self.seeds,
-                                                                                     self.results)
-                runs = reproduce.search(base, grid)
+                info = self.summary((dataset, method))
+                runs = reproduce.search(*self.spec((dataset, method)))
             except ValueError:
                 continue
             if info["records"]:
