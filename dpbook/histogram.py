@@ -31,13 +31,10 @@ from __future__ import annotations
 
 __all__ = ["HISTOGRAM_SENSITIVITY", "bin_index", "build_histogram", "noisy_histogram", "midpoints", "noisy_total"]
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
-if TYPE_CHECKING:  # a run-time import would be circular: dpbook.methods imports the DC-SGD module, which imports this
-    from dpbook.methods.base import GaussianNoise
+from dpbook.noise import GaussianNoise
 
 HISTOGRAM_SENSITIVITY = 1.0
 """L2 sensitivity of the (exact) histogram under add/remove adjacency: one example moves one count by one."""
@@ -59,7 +56,7 @@ def build_histogram(norms, R: float, b: int) -> torch.Tensor:
     return torch.bincount(bin_index(G, R, b), minlength=b).to(torch.float64)
 
 
-def noisy_histogram(H: torch.Tensor, sigma_H: float, noise: "GaussianNoise") -> torch.Tensor:
+def noisy_histogram(H: torch.Tensor, sigma_H: float, noise: GaussianNoise) -> torch.Tensor:
     """``H~ = H + N(0, sigma_H^2 I_b)`` (Alg. 2 l.6), the noise drawn from the engine's generator."""
     H = H.to(device=noise.generator.device, dtype=torch.float64)
     return H + noise.like(H, sigma_H)

@@ -35,9 +35,16 @@ from torch import nn
 
 from dpbook import checks
 from dpbook.accounting import PrivacyLedger
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch, is_nonprivate
-from dpbook.models import check_no_batchnorm
-from dpbook.per_sample import BookKeeping, PerSampleGradients, Unsupported, check_finite, flat_norms
+from dpbook.methods.base import Method, MicroBatch, is_nonprivate
+from dpbook.noise import GaussianNoise
+from dpbook.per_sample import (
+    BookKeeping,
+    PerSampleGradients,
+    Unsupported,
+    check_finite,
+    check_no_batchnorm,
+    flat_norms,
+)
 from dpbook.sampling import micro_batches
 
 PER_SAMPLE_ENGINES = ("auto", "book-keeping", "vmap")

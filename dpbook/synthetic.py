@@ -14,7 +14,8 @@ from typing import Iterable
 
 import torch
 
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch
+from dpbook.methods.base import Method, MicroBatch
+from dpbook.noise import GaussianNoise
 
 
 def run_on_norms(method: Method, norm_batches: Iterable, *, d: int, expected_batch_size: float,

@@ -3,8 +3,8 @@ r"""The task registry: every dataset the book trains on, with the facts the rest
 One :class:`Task` per dataset: its title, one example's shape, the number of classes, the training-set size N of
 its standard split (which sets the sample rate q = B/N, hence the noise, before any data is loaded), its loader
 and the model the book trains on it by default. The harness (:mod:`dpbook.repro.experiment`), the planners
-(:mod:`dpbook.repro.reproduce`) and the papers' settings (:data:`dpbook.tuning.DCSGD_SETTINGS`) read it; nothing
-else restates these facts.
+(:mod:`dpbook.repro.reproduce`) and the papers' settings (:data:`dpbook.repro.papers.dcsgd.DCSGD_SETTINGS`) read it;
+nothing else restates these facts.
 
     >>> TASKS["mnist"].train_size, TASKS["mnist"].classes, TASKS["mnist"].model
     (60000, 10, 'mnist_cnn')
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from dpbook import data, text
+from dpbook import data
 
 Loader = Callable[[Path, bool], data.DataSplits]  # (root, download) -> the train/test tensors
 
@@ -67,10 +67,10 @@ TASKS: dict[str, Task] = {
                        smoke_sizes=(16, 8), smoke_shape=(3, 32, 32)),
     "cifar10-simclr": Task("CIFAR10 (SimCLRv2 features)", (4096,), 10, 50_000, _tensors("cifar10simclr"),
                            "linear_classifier", kind="features"),
-    "names": Task("NAMES", (19,), 18, None, lambda root, download: text.load_names(root), "char_lstm",
-                  kind="tokens", vocab=text.NAMES_VOCAB_SIZE),
-    "qnli": Task("QNLI", (3, 128), 2, 104_743, lambda root, download: text.load_qnli(root), "bert_base",
+    "names": Task("NAMES", (19,), 18, None, lambda root, download: data.load_names(root), "char_lstm",
+                  kind="tokens", vocab=data.NAMES_VOCAB_SIZE),
+    "qnli": Task("QNLI", (3, 128), 2, 104_743, lambda root, download: data.load_qnli(root), "bert_base",
                  kind="pairs", vocab=30522, smoke_sizes=(32, 16), smoke_shape=(3, 16), smoke_vocab=100),
 }
-"""The datasets a run can name. Shapes are those of the loaders' tensors (:mod:`dpbook.data`, :mod:`dpbook.text`)."""
+"""The datasets a run can name. Shapes are those of the loaders' tensors (:mod:`dpbook.data`)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dpbook.methods.base import GaussianNoise
+from dpbook.noise import GaussianNoise
 
 
 def per_example_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params=None,

@@ -1,6 +1,11 @@
-"""The package's layers, read from its source: dpbook's import graph has no cycle, and the core (engine, methods,
-accounting, theory, audit) never imports the reproduction layer dpbook.repro (experiments, sweeps, results,
-benchmarks, notebook helpers).
+"""The package's layers, read from its source: dpbook's import graph has no cycle, and every import goes down the
+layers declared in :data:`LAYERS`, never up:
+
+1. the private-step core (engine, per-sample gradients, methods, accounting, tuning, theory), which imports no data
+   loader, no model and no task: a model or a data set comes in as an argument;
+2. the zoo (datasets, models, the task registry, the audits);
+3. the book's machinery, dpbook.repro (experiments, sweeps, results, benchmarks, the papers' chapters, notebook
+   helpers).
 
 Every import counts, at module level or inside a function: a deferred import is still a dependency.
 """
@@ -11,6 +16,16 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dpbook"
 REPRO = "dpbook.repro"
+
+#: Layer -> its modules and packages (a package stands for every module in it), bottom first. A module may import
+#: its own layer and the layers below it. Every module of dpbook must be in one.
+LAYERS = {
+    "core": ("dpbook", "dpbook.checks", "dpbook.io", "dpbook.noise", "dpbook.accounting", "dpbook.sampling",
+             "dpbook.per_sample", "dpbook.histogram", "dpbook.weights", "dpbook.bounds", "dpbook.tuning",
+             "dpbook.methods", "dpbook.optim", "dpbook.train", "dpbook.synthetic"),
+    "zoo": ("dpbook.data", "dpbook.models", "dpbook.tasks", "dpbook.audit"),
+    "book": (REPRO,),
+}
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -63,9 +78,46 @@ def test_the_import_graph_has_no_cycle():
     assert cycle(GRAPH) is None, f"import cycle: {' -> '.join(cycle(GRAPH))}"
 
 
+def layer_of(name: str, layers: dict = LAYERS) -> int:
+    """The index of the layer that declares ``name`` (its longest declared prefix), or a KeyError saying so."""
+    found = [(len(unit), i) for i, units in enumerate(layers.values()) for unit in units
+             if name == unit or name.startswith(unit + ".")]
+    if not found:
+        raise KeyError(f"{name} is in no layer: declare it in tests/test_architecture.py's LAYERS")
+    return max(found)[1]
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict = LAYERS) -> dict[str, list[str]]:
+    """Every module's imports of a higher layer than its own."""
+    found = {name: sorted(d for d in deps if layer_of(d, layers) > layer_of(name, layers))
+             for name, deps in graph.items()}
+    return {name: deps for name, deps in found.items() if deps}
+
+
+def test_every_module_is_in_a_declared_layer():
+    assert [name for name in GRAPH if not any(name == u or name.startswith(u + ".")
+                                              for units in LAYERS.values() for u in units)] == []
+
+
+def test_every_import_goes_down_the_layers():
+    assert upward_imports(GRAPH) == {}
+
+
+def test_the_core_imports_no_loader_model_or_task():
+    core = {name: deps for name, deps in GRAPH.items() if layer_of(name) == 0}
+    assert {name: sorted(d for d in deps if d.startswith(("dpbook.data", "dpbook.models", "dpbook.tasks")))
+            for name, deps in core.items()} == {name: [] for name in core}
+
+
 def test_the_core_never_imports_the_reproduction_layer():
     leaks = {name: sorted(filter(is_repro, deps)) for name, deps in GRAPH.items() if not is_repro(name)}
     assert {name: deps for name, deps in leaks.items() if deps} == {}
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"dpbook.optim": {"dpbook.models.vision"}, "dpbook.models.vision": {"dpbook.checks"}, "dpbook.checks": set()}
+    assert upward_imports(graph) == {"dpbook.optim": ["dpbook.models.vision"]}
+    assert layer_of("dpbook.methods.dcsgd") == 0 and layer_of("dpbook.repro.papers.dpdr") == 2
 
 
 def test_the_checker_finds_a_cycle_and_a_deferred_import(tmp_path):

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from dpbook import models, text
+from dpbook import data, models
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.methods import METHODS, make_method
 from dpbook.optim import DPOptimizer
@@ -70,14 +70,14 @@ def test_norms_and_sums_equal_vmap_on_every_model(name):
 def test_char_lstm_reuses_its_linear_maps_at_every_time_step():
     """Each LSTM layer applies its two linear maps once per character: one sequence for Book-Keeping."""
     torch.manual_seed(0)
-    model = text.char_lstm(text.NAMES_VOCAB_SIZE).to(DTYPE)
-    x = text.encode_names(["Adam", "Müller", "Li", "Nakamura", "O'Neil"], max_length=9)
+    model = models.char_lstm(data.NAMES_VOCAB_SIZE).to(DTYPE)
+    x = data.encode_names(["Adam", "Müller", "Li", "Nakamura", "O'Neil"], max_length=9)
     compare(model, x, torch.tensor([0, 3, 5, 17, 2]))
 
 
 def test_tiny_bert_head_with_frozen_embeddings():
     torch.manual_seed(0)
-    model = text.bert_classifier(config=text.tiny_bert_config()).to(DTYPE).eval()  # eval: dropout off in both
+    model = models.bert_classifier(config=models.tiny_bert_config()).to(DTYPE).eval()  # eval: dropout off in both
     n, length = 4, 12
     ids = torch.randint(1, 100, (n, length), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(n, length, dtype=torch.long)
@@ -378,8 +378,8 @@ def test_the_plan_names_each_layers_strategy():
     assert plan["fc1"]["strategy"] == layers.NORM_PRODUCT and plan["fc1"]["trainable"] == 2048 * 128 + 128
     assert plan["conv3b"]["strategy"] == layers.GHOST and plan["conv3b"]["positions"] == 8 * 8  # small map, wide
     assert plan["conv1b"]["strategy"] == layers.GROUPED and plan["conv1b"]["positions"] == 32 * 32  # large map
-    lstm = {r["layer"]: r for r in BookKeeping(text.char_lstm(text.NAMES_VOCAB_SIZE), F).plan(
-        text.encode_names(["Adam"], max_length=9))}
+    lstm = {r["layer"]: r for r in BookKeeping(models.char_lstm(data.NAMES_VOCAB_SIZE), F).plan(
+        data.encode_names(["Adam"], max_length=9))}
     assert lstm["layers.0.hh"]["positions"] == 9 and lstm["layers.0.hh"]["strategy"] == layers.GHOST  # once per step
     assert lstm["embedding"]["strategy"] == layers.GHOST
 

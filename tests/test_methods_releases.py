@@ -11,7 +11,8 @@ from torch import nn
 from dpbook.accounting import sigma_eff
 from dpbook.audit.broken import DataDependentNoise, HalfNoise
 from dpbook.methods import METHODS, Method
-from dpbook.methods.base import GaussianNoise, Release, gradient_sensitivity
+from dpbook.methods.base import Release, gradient_sensitivity
+from dpbook.noise import GaussianNoise
 from dpbook.optim import DPOptimizer
 
 N = 6  # examples per step

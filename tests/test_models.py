@@ -16,7 +16,6 @@ from torch.func import functional_call, grad, vmap
 from dpbook.models import (
     MODELS,
     build_model,
-    check_no_batchnorm,
     cifar10_cnn,
     count_parameters,
     digits_cnn,
@@ -27,6 +26,7 @@ from dpbook.models import (
     resnet18_gn,
     resnet34_gn,
 )
+from dpbook.per_sample import check_no_batchnorm
 
 PARAMETERS = {
     "mnist_cnn": 26_010,

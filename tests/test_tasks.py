@@ -4,7 +4,7 @@ agree with it."""
 import pytest
 import torch
 
-from dpbook import models, text
+from dpbook import data, models
 from dpbook.repro import reproduce
 from dpbook.repro.experiment import Experiment, build_task_model, load_task_data, smoke_data
 from dpbook.repro.papers.dcsgd import DCSGD_SETTINGS
@@ -49,7 +49,7 @@ def test_planning_sizes_come_from_the_registry():
 def test_a_task_without_a_fixed_size_is_measured_from_its_files(tmp_path, monkeypatch):
     folder = tmp_path / "names"
     folder.mkdir()
-    for k, language in enumerate(text.NAMES_LANGUAGES):
+    for k, language in enumerate(data.NAMES_LANGUAGES):
         (folder / f"{language}.txt").write_text("\n".join(f"Name{chr(97 + k)}{i}" for i in range(10)) + "\n")
     exp = Experiment(study="t", dataset="names", model="char_lstm", method="dpsgd")
     monkeypatch.setattr(reproduce, "_MEASURED", {})  # this process's memory of measured sizes, for this test only

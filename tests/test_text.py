@@ -11,20 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from dpbook.data import DatasetNotFoundError
-from dpbook.methods import DPSGD
-from dpbook.models import count_parameters
-from dpbook.per_sample import PerSampleGradients
-from dpbook.text import (
+from dpbook.data import (
     NAMES_LANGUAGES,
     NAMES_VOCAB_SIZE,
     QNLI_LABELS,
-    BertClassifier,
-    LSTMLayer,
-    PretrainedNotFoundError,
-    bert_classifier,
-    bert_trainable_count,
-    char_lstm,
+    DatasetNotFoundError,
     decode_names,
     encode_names,
     load_names,
@@ -32,6 +23,10 @@ from dpbook.text import (
     to_ascii,
     tokenize_pairs,
 )
+from dpbook.data.hub import PretrainedNotFoundError
+from dpbook.methods import DPSGD
+from dpbook.models import BertClassifier, LSTMLayer, bert_classifier, bert_trainable_count, char_lstm, count_parameters
+from dpbook.per_sample import PerSampleGradients
 from dpbook.train import Trainer
 from tests.reference import NoNoise, clipped_step, per_example_gradients
 

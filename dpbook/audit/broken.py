@@ -29,9 +29,10 @@ from dpbook import checks
 from dpbook.audit.one_step import AuditResult, run
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.methods.adaclip import AdaClip
-from dpbook.methods.base import GaussianNoise, MicroBatch
+from dpbook.methods.base import MicroBatch
 from dpbook.methods.dpsgd import DPSGD
 from dpbook.methods.scenario import Scenario
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads
 
 

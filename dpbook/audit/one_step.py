@@ -46,8 +46,9 @@ from dpbook import accounting, checks
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.audit.statistics import CONFIDENCE, certify
 from dpbook.methods import METHODS
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch, gradient_sensitivity
+from dpbook.methods.base import Method, MicroBatch, gradient_sensitivity
 from dpbook.methods.scenario import Scenario, background, zeros
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, flat_norms
 
 DELTA = 1e-5

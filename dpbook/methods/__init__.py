@@ -19,9 +19,10 @@ __all__ = [
 import importlib
 import pkgutil
 
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch, ScaledSum
+from dpbook.methods.base import Method, MicroBatch, ScaledSum
 from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import METHODS, in_book_order, make_method, register
+from dpbook.noise import GaussianNoise
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in ("base", "declaration", "registry", "scenario"):

@@ -35,10 +35,11 @@ from typing import Sequence
 import torch
 
 from dpbook import accounting, checks
-from dpbook.methods.base import GaussianNoise, MicroBatch, Release, ScaledSum
+from dpbook.methods.base import MicroBatch, Release, ScaledSum
 from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, clip_factors
 from dpbook.tuning import grid_product
 

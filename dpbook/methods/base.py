@@ -40,23 +40,22 @@ from released noisy quantities and used from the next step on.
 from __future__ import annotations
 
 __all__ = [
-    "NONPRIVATE_PREFIX", "TRAINING_SET_METRICS", "is_nonprivate", "MicroBatch", "GaussianNoise", "Release",
+    "NONPRIVATE_PREFIX", "TRAINING_SET_METRICS", "is_nonprivate", "MicroBatch", "Release",
     "gradient_sensitivity", "restored", "Method", "ScaledSum"
 ]
 
 import abc
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Sequence
 
 import torch
 
 from dpbook import checks
 from dpbook.accounting import sigma_eff
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, weighted_sum
-
-if TYPE_CHECKING:
-    from dpbook.tuning import TuningPlan
+from dpbook.tuning import TuningPlan
 
 NONPRIVATE_PREFIX = "nonprivate/"
 """The prefix of every key that names a statistic of the private data not covered by the guarantee."""
@@ -107,25 +106,6 @@ class MicroBatch:
         """``sum_i w_i g_i`` for each parameter in order, from ``grads`` or from the Book-Keeping path's stored
         tensors (then one parameter at a time: add each into an accumulator, as :meth:`ScaledSum.accumulate`)."""
         return weighted_sum(self.grads, weights) if self.summed is None else self.summed(weights)
-
-
-class GaussianNoise:
-    """The only source of noise in a private step: a seeded generator, checkpointed with the run."""
-
-    def __init__(self, seed: int = 0, device: torch.device | str = "cpu"):
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-
-    def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
-        """A tensor shaped like ``t`` with i.i.d. N(0, std^2) entries (exact zeros when std == 0)."""
-        if std == 0:
-            return torch.zeros_like(t)
-        return torch.randn(t.shape, generator=self.generator, device=t.device, dtype=t.dtype) * std
-
-    def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
 
 
 @dataclass(frozen=True)

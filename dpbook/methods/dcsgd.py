@@ -77,10 +77,11 @@ import torch
 
 from dpbook import accounting, checks
 from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_histogram, noisy_total
-from dpbook.methods.base import GaussianNoise, MicroBatch, Release, ScaledSum
+from dpbook.methods.base import MicroBatch, Release, ScaledSum
 from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, clip_factors
 from dpbook.tuning import grid_product
 

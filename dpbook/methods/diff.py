@@ -50,11 +50,12 @@ import torch
 
 from dpbook import checks
 from dpbook.accounting import calibrate, epsilon_of_history
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch, Release
+from dpbook.methods.base import Method, MicroBatch, Release
 from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
 from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario, zeros
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors, flat_norms, weighted_sum
 from dpbook.tuning import grid_product
 

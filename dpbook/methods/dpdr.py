@@ -55,10 +55,11 @@ import torch
 
 from dpbook import checks
 from dpbook.accounting import calibrate, epsilon_of_history, sigma_eff
-from dpbook.methods.base import GaussianNoise, Method, MicroBatch, Release
+from dpbook.methods.base import Method, MicroBatch, Release
 from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, dirac, zeros
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, clip_factors, weighted_sum
 
 # --------------------------------------------------------------------------------------------------------------

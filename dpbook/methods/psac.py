@@ -35,10 +35,11 @@ from typing import ClassVar, Sequence
 import torch
 
 from dpbook import checks, weights
-from dpbook.methods.base import GaussianNoise, MicroBatch, ScaledSum, restored
+from dpbook.methods.base import MicroBatch, ScaledSum, restored
 from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, zeros
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, check_finite, flat_norms
 from dpbook.tuning import grid_product
 

@@ -84,20 +84,19 @@ from __future__ import annotations
 __all__ = ["READINGS", "PSASCMomentumGD"]
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import ClassVar, Sequence
 
 import torch
 
 from dpbook import checks
-from dpbook.methods.base import GaussianNoise, MicroBatch, restored
+from dpbook.methods.base import MicroBatch, restored
 from dpbook.methods.declaration import Declaration
 from dpbook.methods.psac import PSASC
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
+from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, check_finite, flat_norms
-
-if TYPE_CHECKING:
-    from dpbook.tuning import TuningPlan
+from dpbook.tuning import TuningPlan
 
 READINGS = ("update-then-scale", "scale-then-update")
 """The two readings of Algorithm 2's line order ([PSASC-10]); the first is the default."""

@@ -13,7 +13,7 @@ Two engines (``python -m dpbook.repro.bench`` compares them with Opacus's):
 
 __all__ = [
     "BookKeeping", "Grads", "NonFiniteGradientError", "PerSampleGradients", "Unsupported", "check_finite",
-    "clip_factors", "flat_norms", "weighted_sum"
+    "check_no_batchnorm", "clip_factors", "flat_norms", "weighted_sum"
 ]
 
 from dpbook.per_sample.book_keeping import BookKeeping, Unsupported
@@ -22,6 +22,7 @@ from dpbook.per_sample.vmap import (
     NonFiniteGradientError,
     PerSampleGradients,
     check_finite,
+    check_no_batchnorm,
     clip_factors,
     flat_norms,
     weighted_sum,

@@ -5,14 +5,14 @@ momentum); the scaled sums need only norms and a re-weighted sum, which :mod:`dp
 at a fraction of the cost (``python -m dpbook.repro.bench`` measures both, and Opacus's hooks). Why ``torch.func``
 rather than Opacus's ``GradSampleModule`` hooks for the vectors: ``torch.func`` can evaluate per-sample gradients at
 *any* parameter values, which DP-PSASC with momentum and DIFF2 need (gradients at past iterates), for any layer, with
-no per-layer grad samplers. Models must not use BatchNorm (see :func:`dpbook.models.check_no_batchnorm`).
+no per-layer grad samplers. Models must not use BatchNorm (:func:`check_no_batchnorm`).
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "Grads", "NonFiniteGradientError", "PerSampleGradients", "flat_norms", "clip_factors", "weighted_sum",
-    "check_finite"
+    "Grads", "check_no_batchnorm", "NonFiniteGradientError", "PerSampleGradients", "flat_norms", "clip_factors",
+    "weighted_sum", "check_finite"
 ]
 
 from typing import Callable, Sequence
@@ -22,6 +22,36 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 Grads = list[torch.Tensor]  # one tensor per trainable parameter, shape (n, *param.shape)
+
+
+def _batchnorms(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+def check_no_batchnorm(model: nn.Module) -> None:
+    """Raise a ValueError naming the first BatchNorm layer of ``model`` and the fix; return None if there is none.
+
+    BatchNorm mixes the examples of a batch: one example's gradient then depends on the others, so neither its
+    per-sample gradient nor the sensitivity bound is defined (privacy hygiene rule 6). The engine calls this.
+
+    Example:
+        >>> check_no_batchnorm(nn.Sequential(nn.Conv2d(1, 4, 3), nn.GroupNorm(2, 4)))
+        >>> try:
+        ...     check_no_batchnorm(nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4)))
+        ... except ValueError as err:
+        ...     print(str(err)[:32])
+        layer '1' is a BatchNorm2d, whic
+    """
+    found = _batchnorms(model)
+    if not found:
+        return
+    name, module = found[0]
+    label = f"layer '{name}'" if name else "the model itself"
+    raise ValueError(
+        f"{label} is a {type(module).__name__}, which mixes the examples of a batch, so per-sample gradients and "
+        f"the DP sensitivity bound are not defined ({len(found)} BatchNorm layer(s) in all). Replace every BatchNorm "
+        "by GroupNorm: model = dpbook.models.replace_batchnorm(model), or opacus.validators.ModuleValidator.fix(model)."
+    )
 
 
 class NonFiniteGradientError(ValueError):

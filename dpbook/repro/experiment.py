@@ -53,7 +53,7 @@ from typing import Any, Mapping
 
 import torch
 
-from dpbook import accounting, checks, data, io, models, text
+from dpbook import accounting, checks, data, io, models
 from dpbook.methods import METHODS
 from dpbook.methods.base import Method
 from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
@@ -226,7 +226,7 @@ def build_task_model(exp: Experiment) -> torch.nn.Module:
     run's BERT is a tiny random ``BertConfig`` (no download)."""
     task = TASKS[exp.dataset]
     smoke_bert = exp.smoke and exp.model.lower() == "bert_base"
-    extra = {"config": text.tiny_bert_config(task.smoke_vocab)} if smoke_bert else {}
+    extra = {"config": models.tiny_bert_config(task.smoke_vocab)} if smoke_bert else {}
     return models.build_model(exp.model, sized_for=task, **extra)
 
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_ROOT", "IMAGENET_MEAN", "IMAGENET_STD", "CELEBA_LABEL", "IMAGENETTE_SIZE", "IMAGENETTE_WNIDS",
-    "SIMCLR_FEATURES", "DataSplits", "DatasetNotFoundError", "DATASETS", "NORMALIZATION", "load_dataset",
+    "SIMCLR_FEATURES", "DATASETS", "NORMALIZATION", "load_dataset",
     "load_tensors", "load_features", "load_digits", "synthetic_classification", "MNIST5K_FILE", "MNIST5K_SHA256",
     "MNIST5K_SPLIT", "load_mnist5k"
 ]
@@ -61,12 +61,14 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 from tqdm.std import tqdm
+
+from dpbook.data.splits import DatasetNotFoundError, DataSplits
 
 # torchvision and scikit-learn are imported by the loaders that use them: every run imports this module, and the
 # two cost 1.4 s of start-up that a run on synthetic data, an accountant or an audit does not need.
@@ -96,27 +98,6 @@ SIMCLR_FEATURES = "cifar10_simclr_r50_2x_sk1.npz"
 """The file under ``root`` that ``load_tensors("cifar10-simclr")`` reads (a ``.pt`` file of the same stem also does)."""
 
 _FEATURE_KEYS = ("x_train", "y_train", "x_test", "y_test")
-
-
-class DataSplits(NamedTuple):
-    """Train and test tensors; unpacks as ``x_train, y_train, x_test, y_test = splits``."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-
-
-class DatasetNotFoundError(FileNotFoundError):
-    """A dataset is not on disk (or is corrupted) and could not be downloaded.
-
-    Attributes ``dataset`` (its display name) and ``root`` (the directory searched) are set.
-    """
-
-    def __init__(self, message: str, *, dataset: str, root: str | os.PathLike):
-        super().__init__(message)
-        self.dataset = dataset
-        self.root = str(root)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Models of the three papers, all free of BatchNorm so that per-sample gradients are well defined.
+"""The vision models of the three papers, all free of BatchNorm so that per-sample gradients are well defined.
 
 BatchNorm mixes the examples of a batch: one example's gradient then depends on the others, and DP-SGD's
 per-example sensitivity bound no longer holds. Every model here uses GroupNorm or no normalisation, ReLU with
@@ -20,28 +20,24 @@ name                   model                                          parameters
 ``digits_mlp``         one-hidden-layer MLP for 1x8x8 digits (ours)   2,410        CPU experiments on digits
 =====================  =============================================  ===========  ==============================
 
-Counts are for 10 classes and the default options. The registry :data:`MODELS` also holds the text models of
-:mod:`dpbook.text` (``char_lstm`` for NAMES, ``bert_base`` for QNLI), and :func:`build_model` builds any of them by
-name, sized for a task when given one.
+Counts are for 10 classes and the default options. The text models are in :mod:`dpbook.models.text`; the registry
+:data:`dpbook.models.MODELS` holds both, and :func:`dpbook.models.build_model` builds any of them by name, sized for a
+task when given one. :func:`dpbook.per_sample.check_no_batchnorm` is the engine's check.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "group_norm", "check_no_batchnorm", "replace_batchnorm", "count_parameters", "mnist_cnn", "cifar10_cnn",
+    "group_norm", "replace_batchnorm", "count_parameters", "mnist_cnn", "cifar10_cnn",
     "digits_cnn", "digits_mlp", "BasicBlock", "ResNetGN", "resnet18_gn", "resnet34_gn", "Residual", "resnet9",
-    "Standardize", "linear_classifier", "MODELS", "build_model"
+    "Standardize", "linear_classifier"
 ]
 
-import inspect
 import math
 from collections import OrderedDict
-from typing import Callable
 
 import torch
 from torch import nn
-
-from dpbook import checks, text
 
 # ---------------------------------------------------------------------------------------------------------------
 # Normalisation helpers
@@ -60,33 +56,6 @@ def group_norm(num_channels: int, *, max_groups: int = 32, affine: bool = True) 
         [16, 32, 32, 16]
     """
     return nn.GroupNorm(math.gcd(max_groups, num_channels), num_channels, affine=affine)
-
-
-def _batchnorms(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    return [(name, m) for name, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-
-
-def check_no_batchnorm(model: nn.Module) -> None:
-    """Raise a ValueError naming the first BatchNorm layer of ``model`` and the fix; return None if there is none.
-
-    Example:
-        >>> check_no_batchnorm(mnist_cnn())
-        >>> try:
-        ...     check_no_batchnorm(nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4)))
-        ... except ValueError as err:
-        ...     print(str(err)[:32])
-        layer '1' is a BatchNorm2d, whic
-    """
-    found = _batchnorms(model)
-    if not found:
-        return
-    name, module = found[0]
-    label = f"layer '{name}'" if name else "the model itself"
-    raise ValueError(
-        f"{label} is a {type(module).__name__}, which mixes the examples of a batch, so per-sample gradients and "
-        f"the DP sensitivity bound are not defined ({len(found)} BatchNorm layer(s) in all). Replace every BatchNorm "
-        "by GroupNorm: model = dpbook.models.replace_batchnorm(model), or opacus.validators.ModuleValidator.fix(model)."
-    )
 
 
 def replace_batchnorm(model: nn.Module) -> nn.Module:
@@ -458,53 +427,3 @@ def linear_classifier(
         ("standardize", Standardize(mean, var)),
         ("fc", nn.Linear(in_features, num_classes)),
     ]))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Registry
-# ---------------------------------------------------------------------------------------------------------------
-
-MODELS: dict[str, Callable[..., nn.Module]] = {
-    "mnist_cnn": mnist_cnn,
-    "cifar10_cnn": cifar10_cnn,
-    "resnet18_gn": resnet18_gn,
-    "resnet34_gn": resnet34_gn,
-    "resnet9": resnet9,
-    "linear_classifier": linear_classifier,
-    "digits_cnn": digits_cnn,
-    "digits_mlp": digits_mlp,
-    "char_lstm": text.char_lstm,
-    "bert_base": text.bert_classifier,
-}
-"""Name -> builder, for :func:`build_model`: the one model registry of the library."""
-
-
-def build_model(name: str, *, sized_for=None, **kwargs) -> nn.Module:
-    """Build the model registered as ``name`` (case-insensitive) with the builder's keyword options.
-
-    ``sized_for`` (a :class:`dpbook.tasks.Task`) sizes it for a task: of the number of classes (``num_classes``,
-    ``num_labels``), the input channels or features (``in_channels``, ``in_features``: the first dimension of one
-    example) and, for character tasks, the vocabulary (``vocab_size``), the builder gets those it takes.
-
-    Example:
-        >>> count_parameters(build_model("digits_cnn", num_classes=3))
-        5187
-        >>> from dpbook.tasks import TASKS
-        >>> build_model("resnet9", sized_for=TASKS["celeba"])(torch.zeros(1, 3, 32, 32)).shape
-        torch.Size([1, 2])
-        >>> build_model("resnet-9")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-            ...
-        ValueError: unknown model 'resnet-9' (did you mean 'resnet9'?); valid: mnist_cnn, ...
-    """
-    key = name.lower()
-    checks.one_of("model", key, MODELS)
-    builder = MODELS[key]
-    if sized_for is not None:
-        offered = {"num_classes": sized_for.classes, "num_labels": sized_for.classes,
-                   "in_channels": sized_for.shape[0], "in_features": sized_for.shape[0]}
-        if sized_for.kind == "tokens":
-            offered["vocab_size"] = sized_for.vocab
-        accepted = inspect.signature(builder).parameters
-        kwargs = {k: v for k, v in offered.items() if k in accepted} | kwargs
-    return builder(**kwargs)
