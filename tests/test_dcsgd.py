@@ -167,6 +167,20 @@ def test_e_search_terminates_with_negative_counts():
     assert floored.capped and floored.C == 1e-3
 
 
+@pytest.mark.parametrize("method, hyperparameters", [("dcsgd-p", {"p": 0.5}), ("dcsgd-e", {})])
+def test_both_rules_floor_the_next_threshold_and_range_once(method, hyperparameters):
+    """At a range near the floor, with every noisy count in the first bin, P's quantile midpoint (R/2b) and E's
+    halved range fall below min_threshold: each rule's adapt floors C_{t+1} and R_{t+1} itself [DCSGD-17]."""
+    m = make_method(method, sigma=1.0, min_threshold=1e-3, **hyperparameters)
+    m.bind([torch.zeros(100)], expected_batch_size=16)
+    m.C, m.R = 1e-3, 1.5e-3
+    H = np.zeros(m.b)
+    H[0] = 16.0
+    C_next, R_next, _ = m.adapt(H)
+    assert C_next >= 1e-3 and R_next >= 1e-3
+    assert (C_next, R_next) == ((1e-3, 2e-3) if method == "dcsgd-p" else (1e-3, 1e-3))
+
+
 def test_e_keeps_its_threshold_when_the_noisy_histogram_is_degenerate():
     """Counts dominated by noise make Algorithm 4 shrink C towards the floor (1e-8 observed), which would zero every
     gradient for the rest of training: DC-SGD-E keeps C_t instead, and reports the capped search."""

@@ -309,7 +309,8 @@ class DCSGD(ScaledSum):
 
     @abc.abstractmethod
     def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
-        """``(C_{t+1}, R_{t+1}, diagnostics)`` from the noisy histogram ``H`` built over ``[0, R_t)``."""
+        """``(C_{t+1}, R_{t+1}, diagnostics)`` from the noisy histogram ``H`` built over ``[0, R_t)``, both at least
+        ``min_threshold`` [DCSGD-17]."""
 
     # --- declarations -------------------------------------------------------------------------------
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
@@ -342,7 +343,6 @@ class DCSGD(ScaledSum):
         noisy_sum = super().release(acc, noise)  # Alg. 1 l.8: + N(0, sigma_T^2 C_t^2 I_d), drawn first
         H = noisy_histogram(acc["H"], self.releases()[1].noise_std, noise).cpu()  # Alg. 2 l.5, drawn second
         C_next, R_next, info = self.adapt(H.numpy())  # Alg. 1 l.11: post-processing of H~ only
-        C_next, R_next = max(C_next, self.min_threshold), max(R_next, self.min_threshold)
         self.last_release = {"H": H, "C": self.C, "R": self.R}
         self._next = (C_next, R_next)
         self._step_info = {"C_next": C_next, "R_next": R_next, **info}
@@ -420,7 +420,7 @@ class DCSGDP(DCSGD):
         return 1.0
 
     def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
-        C_next = max(percentile_threshold(H, self.R, self.p), self.min_threshold)  # Alg. 3 l.1-6
+        C_next = max(percentile_threshold(H, self.R, self.p), self.min_threshold)  # Alg. 3 l.1-6, floored [DCSGD-17]
         return C_next, 2.0 * C_next, {}  # Alg. 3 l.7: R_{t+1} = 2 C_{t+1}
 
 
@@ -458,5 +458,5 @@ class DCSGDE(DCSGD):
         search = expected_error_threshold(H, self.C, self.R, sigma_T=self.sigma_T, B=self.B, d=self.d,
                                           max_repeats=self.max_repeats, min_threshold=self.min_threshold)
         C_next = self.C if search.capped else search.C  # a degenerate noisy histogram: keep C_t [DCSGD-17]
-        R_next = expected_error_range(H, self.R)  # Alg. 4 l.14-16
+        R_next = max(expected_error_range(H, self.R), self.min_threshold)  # Alg. 4 l.14-16, floored [DCSGD-17]
         return C_next, R_next, {"E_repeats": float(search.repeats), "E_capped": float(search.capped)}
