@@ -17,14 +17,26 @@ them back. "Reproducing another paper" in the book walks through a new one.
 
 from __future__ import annotations
 
-__all__ = ["Chapter"]
+__all__ = ["Chapter", "method_labels"]
 
 import abc
 from dataclasses import dataclass
-from typing import Hashable, Mapping, Sequence
+from typing import Hashable, Iterable, Mapping, Sequence
 
+from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
+
+
+def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The label of each of a paper's ``methods``, in its order: the one the method declares
+    (:class:`~dpbook.methods.declaration.Declaration`), or the paper's own name for it in ``aliases``.
+
+    >>> method_labels(["dpsgd", "autos"], {"autos": "AutoClip"})
+    {'dpsgd': 'DP-SGD', 'autos': 'AutoClip'}
+    """
+    aliases = aliases or {}
+    return {m: aliases[m] if m in aliases else METHODS[m].declaration.label for m in methods}
 
 
 @dataclass

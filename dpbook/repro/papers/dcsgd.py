@@ -19,7 +19,7 @@ training, not accuracies: :mod:`.dcsgd_figures`.
 from __future__ import annotations
 
 __all__ = [
-    "STUDY", "TABLES", "PROTOCOL", "OPTIMIZER", "PAPER_EPOCHS", "MODEL_NAMES", "DATASET_NAMES", "LABELS",
+    "STUDY", "TABLES", "PROTOCOL", "OPTIMIZER", "PAPER_EPOCHS", "MODEL_NAMES", "DATASET_NAMES", "COMPARED", "LABELS",
     "paper_table", "TABLE_VII", "TUNED_HYPERPARAMETERS", "paper_grid", "GRID_SIZES", "GRID_SIZES_SGD", "Setting",
     "DCSGD_SETTINGS", "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "rename", "Cell", "Reproduction", "table_cells",
     "hms"
@@ -38,7 +38,7 @@ from dpbook import checks
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, listing
 from dpbook.tasks import TASKS
 from dpbook.tuning import grid_product
@@ -52,8 +52,9 @@ PAPER_EPOCHS = {"mnist_cnn": 10, "resnet18_gn": 20, "resnet34_gn": 20, "bert_bas
 MODEL_NAMES = {"mnist_cnn": "CNN", "resnet18_gn": "ResNet18", "resnet34_gn": "ResNet34", "bert_base": "BERT-base",
                "char_lstm": "LSTM"}
 DATASET_NAMES = {"mnist": "MNIST", "cifar10": "CIFAR10", "svhn": "SVHN", "qnli": "QNLI", "names": "NAMES"}
-LABELS = {"dpsgd": "DP-SGD", "dcsgd-p": "DC-SGD-P", "dcsgd-e": "DC-SGD-E", "adaclip": "Andrew et al.",
-          "dynamic": "Du et al.", "autos": "AutoClip"}
+#: The methods the paper compares, in its tables' order, and their labels (the paper calls Auto-S "AutoClip").
+COMPARED = ("dpsgd", "dcsgd-p", "dcsgd-e", "adaclip", "dynamic", "autos")
+LABELS = method_labels(COMPARED, {"autos": "AutoClip"})
 #: figure -> (swept hyperparameter, methods, panels (dataset, model)); Sec. VI-C and App. F.
 FIGURES = {
     "5": ("p", ["dcsgd-p"], [("svhn", "resnet18_gn"), ("qnli", "bert_base")]),

@@ -21,7 +21,7 @@ sigma_alpha / sigma_perp times sigma_perp:
 from __future__ import annotations
 
 __all__ = [
-    "STUDY", "ROWS", "paper_tables", "models", "label", "paper_row", "table2",
+    "STUDY", "ROWS", "ALIASES", "LABELS", "paper_tables", "models", "label", "method_of", "paper_row", "table2",
     "crossing", "Reproduction"
 ]
 
@@ -34,15 +34,17 @@ import numpy as np
 from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import annotate_empty, axes, method_colour
 from dpbook.tuning import grid_product
 
 STUDY = "dpdr"
-#: Table 1's rows: key -> (registry method, optimizer, label).
-ROWS = {"dpdr": ("dpdr", "sgd", "DPDR"), "autos": ("autos", "sgd", "AutoClip"), "diff": ("diff", "sgd", "DIFF"),
-        "diff2": ("diff2", "sgd", "DIFF2"), "dpadam": ("dpsgd", "adam", "DPAdam"), "dpsgd": ("dpsgd", "sgd", "DP-SGD")}
+#: Table 1's rows, in its order: a method of the registry under plain SGD, or "dpadam", DP-SGD under Adam.
+ROWS = ("dpdr", "autos", "diff", "diff2", "dpadam", "dpsgd")
+#: The names Table 1 gives its rows where they are not the methods' labels.
+ALIASES = {"autos": "AutoClip", "dpadam": "DPAdam"}
+LABELS = method_labels(ROWS, ALIASES)
 PAPER_EPOCHS, PAPER_BATCH_SIZE = 20, 256   # App. A.1 (the table file has no settings fields)
 
 
@@ -58,18 +60,27 @@ def models() -> dict[str, str]:
 
 
 def label(key: str) -> str:
-    """The name Table 1 gives the method ``key``."""
-    return ROWS[key][2]
+    """The name Table 1 gives the row ``key``."""
+    return LABELS[key]
+
+
+def method_of(key: str) -> tuple[str, str]:
+    """The registry method and the optimizer of Table 1's row ``key``.
+
+    >>> method_of("dpdr"), method_of("dpadam")
+    (('dpdr', 'sgd'), ('dpsgd', 'adam'))
+    """
+    return ("dpsgd", "adam") if key == "dpadam" else (key, "sgd")
 
 
 def _line_style(key: str) -> dict:
     """One colour per registry method (:mod:`dpbook.repro.plotting`); DPAdam shares DP-SGD's colour, dashed."""
-    return dict(color=method_colour(ROWS[key][0]), ls="--" if key == "dpadam" else "-")
+    return dict(color=method_colour(method_of(key)[0]), ls="--" if key == "dpadam" else "-")
 
 
 def paper_row(dataset: str, epsilon: float, key: str) -> dict | None:
     """Table 1's row of a cell (None if the paper has none)."""
-    method, optimizer, _ = ROWS[key]
+    method, optimizer = method_of(key)
     rows = results.paper_rows(paper_tables()[0], dataset=dataset, epsilon=epsilon, method=method, optimizer=optimizer)
     return rows[0] if rows else None
 
@@ -175,7 +186,7 @@ class Reproduction(Chapter):
         return clean_float(alpha / perp)
 
     def base_of(self, key: str, dataset: str, epsilon: float) -> Experiment:
-        method, optimizer, _ = ROWS[key]
+        method, optimizer = method_of(key)
         exp = Experiment(study=STUDY, dataset=dataset, model=models()[dataset], method=method, epsilon=float(epsilon),
                          delta=_delta_of(dataset, epsilon),
                          epochs=PAPER_EPOCHS if self.epochs is None else int(self.epochs),

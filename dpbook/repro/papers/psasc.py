@@ -31,14 +31,13 @@ from dpbook import checks
 from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import annotate_empty, axes, method_colour
 
 STUDY = "psasc"
 #: Table III's columns, as the chapter labels them.
-LABELS = {"dpsgd": "DP-SGD", "autos": "Auto-S/NSGD", "psac": "DP-PSAC", "psasc": "DP-PSASC",
-          "psasc-momentum": "DP-PSASC*"}
+LABELS = method_labels(("dpsgd", "autos", "psac", "psasc", "psasc-momentum"))
 
 
 @functools.cache
