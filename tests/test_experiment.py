@@ -18,22 +18,6 @@ from dpbook.tuning import tuning_plan
 DIGITS = dict(study="test", dataset="digits", model="digits_mlp", epsilon=4.0, delta=1e-5, epochs=1,
               batch_size=256, lr=0.01)
 
-#: Minimal hyperparameters of every registered method (a new method must be added here).
-HYPERPARAMETERS = {
-    "dpsgd": {"C": 1.0}, "dcsgd-p": {"p": 0.5}, "dcsgd-e": {}, "adaclip": {"p": 0.5, "eta_C": 0.2},
-    "dynamic": {"C_0": 1.0, "rho_C": 0.5}, "autos": {}, "psac": {"C": 1.0, "r": 0.01},
-    "psasc": {"C": 1.0, "r": 0.01, "s": 0.5},
-    "psasc-momentum": {"C": 1.0, "r": 0.01, "s": 0.5, "K0": 1, "gamma0": 0.5, "gamma1": 0.5},
-    "psasc-momentum-gd": {"C": 1.0, "r": 0.01, "s": 0.5, "gamma": 0.5},
-    "dpdr": {"C_perp": 1.0, "C_alpha": 0.3, "C_g": 1.0, "s": 3}, "diff": {"C_d": 0.5, "C_g": 1.0},
-    "diff2": {"C_d": 0.5, "C_g": 1.0, "restart_every": 2, "restart_noise_ratio": 0.5},
-}
-
-
-def test_every_method_has_test_hyperparameters():
-    assert set(HYPERPARAMETERS) == set(METHODS)
-
-
 def test_run_writes_a_complete_record_and_is_not_repeated(tmp_path):
     exp = Experiment(method="dpsgd", hyperparameters={"C": 1.0}, **DIGITS)
     record = run_experiment(exp, results_dir=tmp_path, progress=False)
@@ -90,12 +74,12 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
     assert resumed["epochs"] == reference["epochs"] and resumed["epsilon_spent"] == reference["epsilon_spent"]
 
 
-@pytest.mark.parametrize("method", sorted(HYPERPARAMETERS))
+@pytest.mark.parametrize("method", sorted(METHODS))
 @pytest.mark.parametrize("protocol", ["rdp", "lt"])
 def test_every_method_spends_no_more_than_a_charged_search_allows(tmp_path, method, protocol):
     """from_plan of each method against the accountant: G = 3 runs of its exact history fit the budget."""
     batch_size = 1437 if METHODS[method].full_batch else 512  # full batch: B = N, q = 1
-    exp = Experiment(method=method, hyperparameters=HYPERPARAMETERS[method], protocol=protocol, G=3,
+    exp = Experiment(method=method, hyperparameters=METHODS[method].declaration.run, protocol=protocol, G=3,
                      **{**DIGITS, "epochs": 1, "batch_size": batch_size})
     record = run_experiment(exp, results_dir=tmp_path, progress=False)  # check_spent raises on overspending
     plan = plan_of(exp, record["N"])
@@ -118,7 +102,7 @@ def test_check_spent_refuses_a_run_that_overspends():
 ])
 def test_smoke_runs_every_kind_of_task(tmp_path, dataset, model, method):
     exp = Experiment(study="smoke", dataset=dataset, model=model, method=method,
-                     hyperparameters=HYPERPARAMETERS[method], epochs=1, batch_size=16, smoke=True)
+                     hyperparameters=METHODS[method].declaration.run, epochs=1, batch_size=16, smoke=True)
     record = run_experiment(exp, results_dir=tmp_path, progress=False)
     assert record["experiment"]["smoke"] and record["steps"] >= 1 and exp.path(tmp_path).name.startswith("smoke_")
     assert results.load_results("smoke", root=tmp_path) == []  # pages never mix smoke runs with real ones
@@ -245,16 +229,6 @@ def test_sweep_reports_failures_and_goes_on(tmp_path):
     assert sweep.run_all([good], results_dir=tmp_path, progress=False)["skipped"] == 1
 
 
-def test_sweep_command_line_parsing():
-    assert sweep.parse_assignments(["epsilon=2,4.5", "method=dpsgd"], lists=True) == {
-        "epsilon": [2, 4.5], "method": ["dpsgd"]}
-    assert sweep.parse_assignments(["smoke=true", "delta=none"], lists=False) == {"smoke": True, "delta": None}
-    assert sweep.parse_assignments(["methods=['dpsgd'],['a', 'b']"], lists=True) == {
-        "methods": [["dpsgd"], ["a", "b"]]}
-    with pytest.raises(ValueError, match="name=value"):
-        sweep.parse_assignments(["epsilon"], lists=True)
-
-
 def test_notebook_grid_runs_papermill_once_per_point(tmp_path):
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                            "language": "python"}})
@@ -285,6 +259,13 @@ def test_a_sweep_with_a_wrong_parameter_starts_nothing(tmp_path, capsys):
     assert code == 2 and not (tmp_path / "executed").exists()
     assert "the sweep was not started" in err and "unknown parameter 'y'" in err
     assert "parameter 'x' = 'two' must be int" in err and "tiny.ipynb's parameters: x, out" in err
+
+
+def test_a_sweep_value_that_is_no_python_literal_starts_nothing(tmp_path, capsys):
+    path = tiny_notebook(tmp_path / "tiny.ipynb", "open(out, 'w').write(str(x))")
+    code = sweep.main(["notebook", str(path), "--grid", "x=[1, 2", "--output-dir", str(tmp_path / "executed")])
+    assert code == 2 and not (tmp_path / "executed").exists()
+    assert "parameter 'x' = '[1, 2' is not a Python literal (SyntaxError" in capsys.readouterr().err
 
 
 def test_a_failed_run_of_a_sweep_is_one_line_naming_its_cell(tmp_path, capsys):

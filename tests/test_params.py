@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from dpbook.repro.params import CHECK_CELL, check_known, clean_float, listing, mapping, notebook_parameters, per_dataset
+from dpbook.repro.params import (
+    CHECK_CELL,
+    assignments,
+    check_known,
+    clean_float,
+    listing,
+    mapping,
+    notebook_parameters,
+    per_dataset,
+)
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -91,6 +100,21 @@ def test_an_annotated_parameter_takes_each_of_its_forms():
     assert run_check({"batch_size": {"mnist": "32"}})["batch_size"] == {"mnist": 32}  # -y / -f give dicts
     assert run_check({"batch_size": 64})["batch_size"] == 64
     assert run_check({"batch_size": None})["batch_size"] is None
+
+
+def test_the_sweeps_values_read_through_params_reach_the_notebook_as_papermills_do():
+    """``--grid``/``--set`` values (params.assignments) convert like the same text given to papermill."""
+    grid = assignments(["seeds=[0, 1],3", "methods=dpsgd, ['dpsgd', 'dpdr']"], lists=True)
+    fixed = assignments(["smoke=true", "batch_size={'mnist': 32}", "epsilon=8"], lists=False)
+    assert grid == {"seeds": [[0, 1], 3], "methods": ["dpsgd", ["dpsgd", "dpdr"]]}
+    assert fixed == {"smoke": True, "batch_size": {"mnist": 32}, "epsilon": 8}
+    ns = run_check({**fixed, "seeds": grid["seeds"][1], "methods": grid["methods"][1]})
+    assert ns["seeds"] == [3] and ns["methods"] == ["dpsgd", "dpdr"] and ns["batch_size"] == {"mnist": 32}
+    assert ns["smoke"] is True and ns["epsilon"] == 8.0
+    with pytest.raises(ValueError, match=r"parameter 'seeds' = '\[0, 1' is not a Python literal"):
+        assignments(["seeds=[0, 1"], lists=True)
+    with pytest.raises(ValueError, match="expected name=value, got 'seeds'"):
+        assignments(["seeds"], lists=False)
 
 
 def test_without_papermill_the_defaults_stand():

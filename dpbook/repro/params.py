@@ -17,7 +17,8 @@ misspelt parameter name (papermill itself only warns). A per-dataset parameter m
 from __future__ import annotations
 
 __all__ = [
-    "CHECK_CELL", "listing", "mapping", "per_dataset", "check_known", "clean_float", "from_notebook",
+    "CHECK_CELL", "python_literal", "parts", "text_value", "assignments", "listing", "mapping", "per_dataset",
+    "check_known", "clean_float", "from_notebook",
     "record_cells", "notebook_parameters", "unknown_parameters", "parameters_cell", "infer_type", "convert"
 ]
 
@@ -43,6 +44,88 @@ CHECK_CELL = (
 )
 
 
+def python_literal(name: str, text: str, example: str = "[0, 1]") -> Any:
+    """``text``, given for the parameter ``name``, as the Python literal it writes (a list, a tuple, a dict, ...); a
+    ValueError names the parameter and shows how to write it like ``example``. Every text value in brackets is read
+    here: by :func:`listing`, :func:`mapping`, :func:`convert` and the sweep's :func:`assignments`.
+
+    >>> python_literal("cells", " [['mnist', 'dpsgd']]")
+    [['mnist', 'dpsgd']]
+    >>> python_literal("seeds", "[0, 1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: parameter 'seeds' = '[0, 1' is not a Python literal (SyntaxError: ...); write it like [0, 1]
+    """
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError) as err:
+        raise ValueError(f"parameter {name!r} = {text!r} is not a Python literal "
+                         f"({type(err).__name__}: {err}); write it like {example}") from None
+
+
+def parts(text: str) -> list[str]:
+    """``text`` split on the commas outside brackets, each part stripped, empty ones dropped.
+
+    >>> parts("[1, 2],[3]"), parts(" mnist, svhn ,, ")
+    (['[1, 2]', '[3]'], ['mnist', 'svhn'])
+    """
+    found, depth, current = [], 0, ""
+    for char in text:
+        depth += char in "[{("
+        depth -= char in "]})"
+        if char == "," and depth == 0:
+            found.append(current)
+            current = ""
+        else:
+            current += char
+    return [part.strip() for part in [*found, current] if part.strip()]
+
+
+def text_value(name: str, text: str) -> Any:
+    """The value a command line's ``text`` writes for the parameter ``name``, before the parameter's type is known:
+    a Python literal in brackets (:func:`python_literal`), true/false, none/null, a number, else the text itself.
+
+    >>> [text_value("x", t) for t in ("4", "0.5", "True", "null", "['a', 'b']", "(1, 2)", "dpsgd")]
+    [4, 0.5, True, None, ['a', 'b'], (1, 2), 'dpsgd']
+    """
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{", "("):
+        return python_literal(name, stripped)
+    lowered = stripped.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(stripped)
+        except ValueError:
+            pass
+    return stripped
+
+
+def assignments(items: Iterable[str], *, lists: bool) -> dict[str, Any]:
+    """The sweep's ``--grid name=v1,v2`` (``lists``: the values, split on the commas outside brackets) and
+    ``--set name=value`` arguments, each value read by :func:`text_value`.
+
+    >>> assignments(["epsilon=2,4.5", "methods=['dpsgd'],['a', 'b']"], lists=True)
+    {'epsilon': [2, 4.5], 'methods': [['dpsgd'], ['a', 'b']]}
+    >>> assignments(["smoke=true", "delta=none"], lists=False)
+    {'smoke': True, 'delta': None}
+    >>> assignments(["epsilon"], lists=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: expected name=value, got 'epsilon'
+    """
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"expected name=value, got {item!r}")
+        name, value = item.split("=", 1)
+        out[name.strip()] = [text_value(name, v) for v in parts(value)] if lists else text_value(name, value)
+    return out
+
+
 def listing(value: Any, cast: Callable[[Any], Any] | None = None) -> list:
     """A list parameter: a list or tuple, its text (``"['a', 'b']"``, ``"(1, 2)"``), ``"a,b"``, or one value.
 
@@ -61,9 +144,9 @@ def listing(value: Any, cast: Callable[[Any], Any] | None = None) -> list:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith(("[", "(")):
-            items = list(ast.literal_eval(text))
+            items = list(python_literal("value", text))
         else:
-            items = [part.strip() for part in text.split(",") if part.strip()]
+            items = parts(text)
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
@@ -80,7 +163,7 @@ def mapping(value: Any) -> Any:
     ({'mnist': 64}, 64, 'sgd')
     """
     if isinstance(value, str) and value.strip().startswith("{"):
-        return ast.literal_eval(value)
+        return python_literal("value", value, "{'mnist': 64}")
     return value
 
 
@@ -307,13 +390,9 @@ def _from_text(name: str, value: Any, target: Any) -> Any:
     if isinstance(value, str) and (containers or wants_any):
         text = value.strip()
         if text[:1] in "[({":
-            try:
-                return ast.literal_eval(text)
-            except (ValueError, SyntaxError) as err:
-                raise ValueError(f"parameter {name!r} = {value!r} is not a Python literal "
-                                 f"({type(err).__name__}: {err}); write it like {_example(target)}") from None
+            return python_literal(name, value, _example(target))
         if containers & {list, tuple, set} and not any(t is str for t in _alternatives(target)):
-            return [part.strip() for part in text.split(",") if part.strip()]
+            return parts(text)
     if containers & {list, tuple, set} and not isinstance(value, (list, tuple, set, dict)) and value is not None:
         if not any(isinstance(value, t) for t in _alternatives(target) if isinstance(t, type)):
             return [value]  # one value for a list parameter

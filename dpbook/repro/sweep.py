@@ -11,8 +11,8 @@ Two kinds of sweep share this module:
           --grid "methods=['dpsgd'],['dcsgd-p'],['dcsgd-e']" --grid "epsilons=[2.0],[4.0],[8.0]" \\
           --set mode=run --set table=IV --set "datasets=['mnist']" --jobs 1
 
-  (a value in brackets is a Python list, passed to papermill as YAML; grid values are separated by the commas
-  outside brackets).
+  (grid values are separated by the commas outside brackets; each value is read by
+  :func:`dpbook.repro.params.assignments`, a value in brackets being a Python list, passed to papermill as YAML).
 
 Every run writes its own result file atomically, so a sweep that is interrupted (Ctrl-C, a Colab disconnect)
 loses at most the runs in flight, and those resume from their checkpoints when the same command is run again.
@@ -23,12 +23,11 @@ CPU thread each by default); a failed run is reported and the sweep goes on.
 from __future__ import annotations
 
 __all__ = [
-    "run_one", "run_all", "parse_assignments", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main",
+    "run_one", "run_all", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main",
     "KERNEL_START_TIMEOUT_S"
 ]
 
 import argparse
-import ast
 import concurrent.futures as cf
 import importlib
 import multiprocessing
@@ -143,49 +142,6 @@ def _collect(outcomes, summary: dict, bar) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # Notebook grids (papermill)
 # ----------------------------------------------------------------------------------------------------------------
-
-def _parse_value(text: str) -> Any:
-    """``"4"`` -> 4, ``"0.5"`` -> 0.5, ``"true"`` -> True, ``"none"`` -> None, ``"['a', 'b']"`` -> a list,
-    anything else stays a string."""
-    if text.strip()[:1] in ("[", "{"):
-        return ast.literal_eval(text.strip())
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_assignments(items: Sequence[str], *, lists: bool) -> dict[str, Any]:
-    """``["epsilon=2,4,8"]`` -> ``{"epsilon": [2, 4, 8]}`` (``lists``) or ``["seed=0"]`` -> ``{"seed": 0}``."""
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"expected name=value, got {item!r}")
-        name, value = item.split("=", 1)
-        out[name.strip()] = [_parse_value(v) for v in _split_top_level(value)] if lists else _parse_value(value)
-    return out
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Split on the commas outside brackets: ``"[1, 2],[3]"`` -> ``["[1, 2]", "[3]"]``."""
-    parts, depth, current = [], 0, ""
-    for char in text:
-        depth += char in "[{("
-        depth -= char in "]})"
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    return parts + [current]
-
 
 def _failed_cell(executed: Path, stderr: str) -> str:
     """Why a papermill run failed, in one line: the failing cell (its first line) and its exception,
@@ -426,8 +382,8 @@ def _run(args) -> list[dict]:
             summaries = [run_all(manifest.experiments(), results_dir=manifest.results_dir, **again,
                                  **manifest.run_kwargs)]
     else:
-        summaries = [run_notebook_grid(args.notebook, parse_assignments(args.grid, lists=True),
-                                       parse_assignments(args.set, lists=False), output_dir=args.output_dir,
+        summaries = [run_notebook_grid(args.notebook, params.assignments(args.grid, lists=True),
+                                       params.assignments(args.set, lists=False), output_dir=args.output_dir,
                                        jobs=args.jobs, executor=args.executor, slurm=_slurm_options(args))]
     return summaries
 
