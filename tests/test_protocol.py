@@ -1,0 +1,81 @@
+"""A toy paper through the reproduction protocol, from the code blocks of ``book/new_paper.md`` ("Reproducing another
+paper") as a reader copies them: its transcribed table, its ``Reproduction(Chapter)`` and its notebook cells. The
+cells train for real on digits (a few seconds), the table sets the measured mean ± std next to the paper's value,
+render mode reads the same table back from the result files, and a second run trains nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dpbook.repro import results
+
+PAGE = Path(__file__).resolve().parents[1] / "book" / "new_paper.md"
+
+
+def blocks(language: str) -> list[str]:
+    """The page's ``{code-block}`` blocks in ``language``, in order."""
+    return re.findall(rf"^```{{code-block}} {language}\n(.*?)^```", PAGE.read_text(), flags=re.S | re.M)
+
+
+def test_the_page_shows_a_table_a_module_and_a_notebook():
+    assert [len(blocks(language)) for language in ("json", "python", "text")] == [1, 4, 1]
+
+
+def run(code: str, namespace: dict) -> None:
+    """Execute ``code`` from the page as a module of its own would (no ``__future__`` import of this file)."""
+    exec(compile(code, str(PAGE), "exec", dont_inherit=True), namespace)
+
+
+@pytest.fixture
+def toy(tmp_path) -> dict:
+    """The page's module and its notebook's parameters, run mode, results in ``tmp_path`` (``data/paper`` and
+    ``data/results`` stay untouched: the transcribed table is read from ``tmp_path``)."""
+    (tmp_path / "toy_table1.json").write_text(json.dumps(json.loads(blocks("json")[0])))
+    facts, reproduction, parameters, _ = blocks("python")
+    namespace: dict = {"__name__": "toy"}
+    run(facts + reproduction, namespace)
+    namespace["paper_table"] = lambda: results.load_paper_table("toy_table1", root=tmp_path)
+    run(parameters, namespace)
+    namespace.update(mode="run", results_dir=str(tmp_path / "results"))
+    return namespace
+
+
+def columns(line: str) -> list[str]:
+    return [text.strip() for text in line.strip().strip("|").split("|")]
+
+
+def chapter_cell(namespace: dict, capsys) -> str:
+    """Run the page's notebook cell; what it printed."""
+    run(blocks("python")[3], namespace)
+    return capsys.readouterr().out
+
+
+def test_a_toy_paper_trains_shows_paper_vs_reproduced_and_resumes(toy, capsys):
+    out = chapter_cell(toy, capsys)
+    chapter = toy["chapter"]
+    assert toy["failed"] == [] and "run mode: 2 round(s); 0 run(s) failed" in out
+    table = chapter.table()
+    assert table in out
+    lines, shown = table.splitlines(), blocks("text")[0].splitlines()
+    assert lines[:2] == shown[:2] and len(lines) == len(shown) == 2 + len(chapter.selected)
+    for cell, line, page_line in zip(chapter.selected, lines[2:], shown[2:]):
+        summary = chapter.summaries[cell]
+        values = [100 * results.final_metric(record) for record in summary["records"]]
+        mean, std, n = results.mean_std(values)
+        paper = chapter.paper_row(cell)
+        epsilon, method, paper_text, reproduced, difference, status = columns(line)
+        page = columns(page_line)
+        assert (epsilon, method, paper_text, status) == (page[0], page[1], page[2], page[5])
+        assert n == chapter.seeds and reproduced.startswith(results.format_mean_std(mean, std, n))
+        assert difference == f"{mean - paper['value']:+.2f}" and status == "done"
+
+    files = {path: path.stat().st_mtime_ns for path in chapter.results.glob("toy/**/*.json")}
+    assert chapter.run() == [] and "run mode: 0 round(s)" in capsys.readouterr().out
+    assert {path: path.stat().st_mtime_ns for path in chapter.results.glob("toy/**/*.json")} == files
+
+    toy["mode"] = "render"   # a fresh chapter reads the same table back from the result files
+    assert table in chapter_cell(toy, capsys) and toy["chapter"] is not chapter
