@@ -305,7 +305,8 @@ def prepare(exp: Experiment, *, data_root: str | Path = data.DEFAULT_ROOT, downl
     and build the model on the device, take the method from the plan (:meth:`Method.from_plan
     <dpbook.methods.base.Method.from_plan>`) and the optimizer over the trainable parameters.
 
-    >>> run = prepare(Experiment(study="doctest", dataset="digits", model="digits_mlp", method="dpsgd", epochs=1))
+    >>> run = prepare(Experiment(study="doctest", dataset="digits", model="digits_mlp", method="dpsgd",
+    ...                          hyperparameters={"C": 1.0}, epochs=1))
     >>> len(run.splits.x_train), run.plan.protocol, type(run.method).__name__, type(run.optimizer).__name__
     (1437, 'none', 'DPSGD', 'Adam')
     """

@@ -153,7 +153,8 @@ def measure_fig8(rep, dataset: str, model_name: str) -> None:
     path = _analysis_path(rep, "fig8", params)
     if path.exists():
         return
-    exp = rep.base_of("IV", model_name, dataset, 8.0, "dpsgd").replace(optimizer=rep.fig8_optimizer, lr=rep.fig8_lr)
+    exp = rep.base_of("IV", model_name, dataset, 8.0, "dpsgd", C=1.0).replace(optimizer=rep.fig8_optimizer,
+                                                                         lr=rep.fig8_lr)
     run = prepare(exp, data_root=rep.data, download=rep.download, device=rep.device)  # its method stays unused
     dev, splits, model, optimizer = run.device, run.splits, run.model, run.optimizer
     x, y = splits.x_train.to(dev), splits.y_train.to(dev)
