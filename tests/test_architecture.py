@@ -115,7 +115,8 @@ def test_the_core_never_imports_the_reproduction_layer():
 
 
 def test_the_layer_check_finds_an_upward_import():
-    graph = {"dpbook.optim": {"dpbook.models.vision"}, "dpbook.models.vision": {"dpbook.checks"}, "dpbook.checks": set()}
+    graph = {"dpbook.optim": {"dpbook.models.vision"}, "dpbook.models.vision": {"dpbook.checks"},
+             "dpbook.checks": set()}
     assert upward_imports(graph) == {"dpbook.optim": ["dpbook.models.vision"]}
     assert layer_of("dpbook.methods.dcsgd") == 0 and layer_of("dpbook.repro.papers.dpdr") == 2
 

@@ -18,7 +18,7 @@ On MNIST (C = 0.3, s = 0.9), DP-SGD's sensitivity is C and DP-PSASC's C/s, so et
 
 from __future__ import annotations
 
-__all__ = ["STUDY", "LABELS", "paper_tables", "settings", "sensitivity", "Reproduction"]
+__all__ = ["STUDY", "LABELS", "RENAMED", "paper_point", "paper_tables", "settings", "sensitivity", "Reproduction"]
 
 import functools
 from dataclasses import dataclass, field
@@ -29,6 +29,7 @@ import torch
 
 from dpbook import checks
 from dpbook.methods import METHODS
+from dpbook.methods.registry import hyperparameter_names
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter, method_labels
@@ -38,6 +39,21 @@ from dpbook.repro.plotting import annotate_empty, axes, method_colour
 STUDY = "psasc"
 #: Table III's columns, as the chapter labels them.
 LABELS = method_labels(("dpsgd", "autos", "psac", "psasc", "psasc-momentum"))
+
+#: The paper's symbols that a method's class names otherwise: Auto-S's stability constant gamma is the paper's r.
+RENAMED = {"autos": {"r": "gamma"}}
+
+
+def paper_point(method: str, **symbols) -> dict:
+    """The hyperparameters of ``method`` among the paper's shared symbols (C, r, s; DP-PSASC*'s K0, gamma0,
+    gamma1): those its class takes, under its own names, in the order given.
+
+    >>> paper_point("autos", C=0.3, r=1e-4, s=0.9), paper_point("psac", C=0.3, r=1e-4, s=0.9)
+    ({'gamma': 0.0001}, {'C': 0.3, 'r': 0.0001})
+    """
+    named = {RENAMED.get(method, {}).get(k, k): v for k, v in symbols.items()}
+    accepted = hyperparameter_names(METHODS[method])
+    return {k: v for k, v in named.items() if k in accepted}
 
 
 @functools.cache
@@ -114,13 +130,12 @@ class Reproduction(Chapter):
 
     def points(self, dataset: str, method: str) -> list[dict]:
         """The method's own hyperparameters: C and r from Table II, s from Table III, DP-PSASC*'s momentum grid."""
-        C, r = clean_float(settings()[dataset]["C"]), clean_float(settings()[dataset]["r"])
-        own = {"dpsgd": {"C": C}, "autos": {"gamma": r}, "psac": {"C": C, "r": r},
-               "psasc": {"C": C, "r": r, "s": self.s_of(dataset)}}
-        if method in own:
-            return [own[method]]
-        return [{**own["psasc"], "K0": int(p["K0"]), "gamma0": clean_float(p["gamma0"]),
-                 "gamma1": clean_float(p["gamma1"])} for p in listing(self.momentum_grid)]
+        shared = dict(C=clean_float(settings()[dataset]["C"]), r=clean_float(settings()[dataset]["r"]),
+                      s=self.s_of(dataset))
+        if method != "psasc-momentum":
+            return [paper_point(method, **shared)]
+        return [paper_point(method, **shared, K0=int(p["K0"]), gamma0=clean_float(p["gamma0"]),
+                            gamma1=clean_float(p["gamma1"])) for p in listing(self.momentum_grid)]
 
     def eta_grid(self, dataset: str) -> list[float]:
         return listing(per_dataset(self.lr_grids, dataset, None) or self.lr_grid, clean_float)
