@@ -11,7 +11,7 @@
 
 The models are those the reproductions train: the papers' MNIST CNN, the CIFAR-10 CNN, ResNet18-GN on 32x32
 inputs and the trainable head of BERT-base (its last encoder layer, pooler and classifier on 128 tokens,
-:class:`dpbook.models.text.BertHead`). Inputs are random: the cost of a step does not depend on the values.
+:class:`dpbook.models.BertHead`). Inputs are random: the cost of a step does not depend on the values.
 
 ``--output FILE`` records everything as JSON (a rerun resumes: finished cells are kept), ``--table FILE`` prints
 the markdown tables of a record: the README's and the book's tables are rendered from the recorded file.
