@@ -126,6 +126,7 @@ TAMPERED = {
     "a library version removed": (drop("versions", "torch"), [r"missing provenance: versions\.torch;"]),
     "the privacy numbers removed": (drop("sample_rate"), [r"no sample_rate: rerun the cell with run_experiment"]),
     "an older schema": (set_in(("schema",), 0), [r"schema 0, not 1"]),
+    "a smoke run": (set_in(("experiment", "smoke"), True), [r"a smoke run \(generated data .*\) is no result"]),
     "another study": (set_in(("experiment", "study"), "mine"), [
         r"its experiment's file is <results>/mine/dpsgd/", r"study 'mine' is not a reproduction chapter's"]),
 }

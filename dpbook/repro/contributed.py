@@ -8,6 +8,7 @@ A reader runs a chapter's cells on Colab, a laptop or a cluster, and sends the r
 - **provenance**: the device, the library versions and the git commit that :func:`dpbook.repro.results.provenance`
   records (:data:`PROVENANCE`);
 - **only private statistics**: no key :func:`dpbook.repro.results.nonprivate_keys` finds (privacy hygiene rule 8);
+- **a real run**: not a smoke run on generated data;
 - **identity**: the recorded experiment rebuilds an :class:`~dpbook.repro.experiment.Experiment` whose key is the
   file's and whose path is the file's name and place (an edited configuration, a renamed or moved file is caught);
 - **privacy**: the training size, sigma, sample rate, steps and delta are those the experiment's plan gives
@@ -31,8 +32,8 @@ from __future__ import annotations
 
 __all__ = [
     "TOLERANCE", "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "Verdict", "chapters", "result_files",
-    "schema_problems", "provenance_problems", "nonprivate_problems", "place_problems", "privacy_problems",
-    "chapter_for", "cell_of", "check_file", "check", "main"
+    "schema_problems", "provenance_problems", "nonprivate_problems", "smoke_problems", "place_problems",
+    "privacy_problems", "chapter_for", "cell_of", "check_file", "check", "main"
 ]
 
 import argparse
@@ -161,6 +162,16 @@ metrics, released quantities and public configuration; rerun the cell without no
     return [f"non-private statistic(s) {', '.join(leaked[:5])}, which no DP guarantee covers: result files hold only "
             f"test-set metrics, released quantities and public configuration; rerun the cell without non-private "
             f"diagnostics"]
+
+
+def smoke_problems(exp: Experiment) -> list[str]:
+    """A smoke run trained on generated data (tests only): no result, whatever its chapter's parameters.
+
+    >>> smoke_problems(Experiment(study="psasc", dataset="mnist", model="mnist_cnn", method="dpsgd", smoke=True))
+    ['a smoke run (generated data of the real shapes, for tests) is no result: rerun the cell without smoke=True']
+    """
+    return ["a smoke run (generated data of the real shapes, for tests) is no result: rerun the cell without "
+            "smoke=True"] if exp.smoke else []
 
 
 def place_problems(path: Path, record: Mapping, exp: Experiment) -> list[str]:
@@ -306,7 +317,7 @@ def check_file(path: str | Path, parameters: Mapping[str, Any] | None = None) ->
         exp = Experiment(**record["experiment"])
     except (TypeError, ValueError) as err:
         return Verdict(None, problems + [f"its experiment does not build an Experiment: {err}"])
-    problems += place_problems(path, record, exp)
+    problems += smoke_problems(exp) + place_problems(path, record, exp)
     try:
         problems += privacy_problems(record, exp) if all(key in record for key in ACCOUNTING_KEYS) else []
     except (TypeError, ValueError) as err:
