@@ -68,6 +68,11 @@ def test_a_figure_point_of_another_method_and_chapter_passes(tmp_path):
         run.path(tmp_path): contributed.Verdict("a point of the chapter's figures", [])}
 
 
+def test_a_path_relative_to_the_results_folder_passes(original, monkeypatch):
+    monkeypatch.chdir(original.parents[2])
+    assert contributed.check_file(original.relative_to(original.parents[2]), STAND_IN).problems == []
+
+
 def test_without_the_parameters_it_ran_with_the_chapter_plans_no_such_run(original):
     (problem,) = contributed.check_file(original).problems
     assert problem.startswith("no cell of the psasc chapter at its defaults (the paper's settings) plans this run: "

@@ -182,7 +182,7 @@ def place_problems(path: Path, record: Mapping, exp: Experiment) -> list[str]:
         problems.append(f"key {record['key']!r} is not its experiment's ({exp.key()!r}): the configuration was edited "
                         f"after the run; rerun the cell instead of editing its file")
     expected = exp.path("").as_posix()
-    if not path.as_posix().endswith("/" + expected):
+    if not path.resolve().as_posix().endswith("/" + expected):
         problems.append(f"its experiment's file is <results>/{expected}, not {path.name} in {path.parent}: "
                         f"a renamed or moved file is not what it claims; put the files back as the run wrote them")
     return problems
