@@ -23,6 +23,7 @@ import pytest
 
 from dpbook.repro.params import convert, infer_type, parameters_cell
 
+from .test_contributed import STAND_IN, contribute
 from .test_notebooks import PAPERMILL, shell_text, smoke_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,12 +95,24 @@ def small(command: str, tmp_path: Path) -> list[str]:
         extra = [a for name, value in smoke.items() if name not in given
                  for a in ("--set", f"{name}={shell_text(value)}")]
         return [sys.executable, "-m", module, *args, *extra, "--output-dir", str(tmp_path / "executed")]
+    if module == "dpbook.repro.contributed":
+        return contributed_check(args, tmp_path)
     key = f"{module} {args[0]}" if module == "dpbook.repro.sweep" else module
     if key not in SMALL:
         pytest.fail(f"no rule to run the documented command {command!r} at small sizes: add one to SMALL")
     extra = (["--results-dir", str(tmp_path / "results")] if module == "dpbook.repro.sweep" else
              ["--output", str(tmp_path / "record.json")] if "--output" in args else [])  # never the recorded files
     return [sys.executable, "-m", module, *args, *SMALL[key], *extra]
+
+
+def contributed_check(args: list[str], tmp_path: Path) -> list[str]:
+    """The documented check of a reader's folder, run on a folder holding a real contributed run instead (the
+    DP-PSASC chapter's MNIST-5k cell of tests/test_contributed.py, about 5 s), with the chapter parameters it ran with
+    after the documented ones (which still apply, sizes aside)."""
+    file = contribute(tmp_path / "results")
+    options = args[args.index("-p"):] if "-p" in args else []
+    sizes = [a for name, value in STAND_IN.items() for a in ("-p", name, repr(value))]
+    return [sys.executable, "-m", "dpbook.repro.contributed", args[0], str(file.parents[1]), *options, *sizes]
 
 
 def papermill_options(command: str) -> dict[str, str]:
