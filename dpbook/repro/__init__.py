@@ -5,12 +5,13 @@
   ``digits_benchmark``, ``mnist5k_benchmark``: the two CPU benchmarks and their reports;
 - ``sweep`` and ``dispatch``: the command line that trains what is missing, on a process pool, in this process or
   on SLURM (submitit);
-- ``results``: one JSON file per run, written atomically, read back with checks; ``bench``: the private step's
-  timing benchmark;
+- ``results``: one JSON file per run, written atomically, read back with checks; ``contributed``: the checks of a
+  result file that comes back from a reader's run; ``bench``: the private step's timing benchmark;
+- ``papers``: one module per paper on one reproduction protocol (``papers.chapter.Chapter``);
 - ``params``, ``colab``, ``plotting``: the notebooks' parameters, Colab set-up and figure conventions.
 
-The core (``dpbook.methods``, ``dpbook.optim``, ``dpbook.accounting``, ``dpbook.train``, the theory modules and
-``dpbook.audit``) imports nothing from here; ``tests/test_architecture.py`` checks it.
+The private-step core and the zoo (data, models, tasks, audits) import nothing from here: it is the top of the three
+layers that ``tests/test_architecture.py`` declares and checks.
 """
 
 __all__ = []
