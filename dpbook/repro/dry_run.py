@@ -42,6 +42,7 @@ import ctypes
 import dataclasses
 import importlib
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -147,7 +148,17 @@ def sample(chapter: Chapter) -> list[Hashable]:
 
 
 def _error(err: BaseException) -> str:
-    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+    return _reason(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+
+
+def _reason(text: str) -> str:
+    """An error's first line without the folder it names (a record is read on other machines), at most 300
+    characters.
+
+    >>> _reason("DatasetNotFoundError: NAMES not found: missing Arabic.txt in '/work/data/downloads/names'.")
+    'DatasetNotFoundError: NAMES not found: missing Arabic.txt.'
+    """
+    return re.sub(r" in '[^']*'", "", text)[:300]
 
 
 def _dry_cell(chapter: Chapter, cell: Hashable, combinations: dict, steps: int, warmup: int) -> dict:
@@ -229,59 +240,68 @@ def _projected(record: dict | None, cell_key: str) -> float | None:
     return cell["runs"] * cell["steps_per_run"] * measured["step_s"]
 
 
-def cost_rows(cpu: dict, gpu: dict | None = None) -> list[dict]:
-    """One row per table of a dry-run ``cpu`` record (and the ``gpu`` one's projection, when there is one): cells,
-    runs, steps, projected hours, cells that failed to build (and why, once per reason) and cells above 15 GB."""
+def _out_of_memory(measured: dict) -> bool:
+    return any(m in measured.get("error", "") for m in OUT_OF_MEMORY)
+
+
+def cost_rows(cpu: dict | None, gpu: dict | None = None) -> list[dict]:
+    """One row per table of the dry-run records of a chapter on the CPU and on a GPU (either may be None; the cells
+    are the fuller record's): cells, runs, steps, each device's projected time ("not measured" without its record,
+    the share of cells it measured when partial), cells that failed to build (and why, once per reason) and cells
+    above 15 GB (by the GPU's peak allocated memory where the ``gpu`` record measured the cell's combination, else
+    by the CPU's resident peak, which also counts the runtime's own memory)."""
+    records = {"cpu": cpu, "gpu": gpu}
+    cells = max((r for r in records.values() if r is not None), key=lambda r: len(r["cells"]))["cells"]
     tables: dict[str, dict] = {}
-    for key, cell in cpu["cells"].items():
+    for key, cell in cells.items():
         row = tables.setdefault(cell["table"], {"table": cell["table"], "cells": 0, "runs": 0, "steps": 0,
-                                                "cpu": 0.0, "gpu": 0.0, "gpu_cells": 0, "failed": {}, "big": 0})
+                                                "failed": collections.Counter(), "big": 0,
+                                                **{f"{d}{part}": 0 for d in records for part in ("", "_cells")}})
         row["cells"] += 1
         if "error" in cell:
-            row["failed"].setdefault(cell["error"], 0)
             row["failed"][cell["error"]] += 1
             continue
         row["runs"] += cell["runs"]
         row["steps"] += cell["runs"] * cell["steps_per_run"]
-        measured = cpu["combinations"].get(cell["combination"], {})
-        out_of_memory = any(m in measured.get("error", "") for m in OUT_OF_MEMORY)
-        if "error" in measured and not out_of_memory:
-            row["failed"].setdefault(f"step: {measured['error']}", 0)
-            row["failed"][f"step: {measured['error']}"] += 1
-        row["cpu"] += _projected(cpu, key) or 0.0
-        row["big"] += out_of_memory or measured.get("peak_mib", 0) > FITS_MIB
-        gpu_seconds = _projected(gpu, key)
-        row["gpu"] += gpu_seconds or 0.0
-        row["gpu_cells"] += gpu_seconds is not None
+        measured = [r["combinations"][cell["combination"]] for r in (gpu, cpu)
+                    if r is not None and cell["combination"] in r["combinations"]]
+        if measured and "error" in measured[0] and not _out_of_memory(measured[0]):
+            row["failed"][f"step: {measured[0]['error']}"] += 1
+        row["big"] += bool(measured) and (_out_of_memory(measured[0]) or measured[0].get("peak_mib", 0) > FITS_MIB)
+        for device, record in records.items():
+            seconds = _projected(record, key)
+            row[device] += seconds or 0.0
+            row[f"{device}_cells"] += seconds is not None
     for row in tables.values():
         built = row["cells"] - sum(n for why, n in row["failed"].items() if not why.startswith("step: "))
-        row["gpu_text"] = ("not measured" if not row["gpu_cells"] else _hours(row["gpu"])
-                           + ("" if row["gpu_cells"] == built else f" ({row['gpu_cells']} of {built} cells)"))
-        row["cpu_text"] = _hours(row["cpu"])
-        row["failed_text"] = "; ".join(f"{n} × {why}" for why, n in row["failed"].items()) or "none"
+        for device in records:
+            n = row[f"{device}_cells"]
+            row[f"{device}_text"] = ("not measured" if not n else _hours(row[device])
+                                     + ("" if n == built else f" ({n} of {built} cells)"))
+        row["failed_text"] = "; ".join(f"{n} × {_reason(why)}" for why, n in row["failed"].items()) or "none"
     return list(tables.values())
 
 
 def cost_table(study: str, root: Path = DRY_RUN_DIR) -> str:
     """"What reproducing this table costs" for a chapter, from its dry-run records under ``root`` (CPU; CUDA when
     one was recorded, else "not measured"), or how to make the record when there is none."""
-    cpu_path, gpu_path = record_path(study, "cpu", root), record_path(study, "cuda", root)
-    if not cpu_path.exists():
-        return f"*No dry-run record yet ({cpu_path.name}): `python -m dpbook.repro.dry_run {study}` makes it.*"
-    cpu = json.loads(cpu_path.read_text())
-    gpu = json.loads(gpu_path.read_text()) if gpu_path.exists() else None
+    cpu, gpu = _read(record_path(study, "cpu", root)), _read(record_path(study, "cuda", root))
+    if cpu is None and gpu is None:
+        return (f"*No dry-run record yet ({record_path(study, 'cpu', root).name}): `python -m dpbook.repro.dry_run "
+                f"{study}` makes it.*")
     rows = cost_rows(cpu, gpu)
     for row in rows:
         row.update(runs=f"{row['runs']:,}", steps=f"{row['steps']:,}")
-    k = cpu["parameters"]["steps"]
-    text = (f"What reproducing each table costs, projected from a dry run of every cell at full shape ({k} "
-            f"measured step(s) after a warm-up, synthetic data of the real shapes; CPU: "
-            f"{cpu['provenance']['device']}, {cpu['provenance']['created'][:10]}"
-            + (f"; GPU: {gpu['provenance']['device']}, {gpu['provenance']['created'][:10]}" if gpu else "")
-            + "). Projected time = runs × steps × measured step, without evaluation.\n\n")
+    made = "; ".join(f"{name}: {r['provenance']['device']}, {r['provenance']['created'][:10]}, "
+                     f"{len(r['cells'])} cells, {r['parameters']['steps']} measured step(s) after "
+                     f"{r['parameters']['warmup']} warm-up" for name, r in (("CPU", cpu), ("GPU", gpu)) if r)
+    text = ("What reproducing each table costs, projected from dry runs of every cell at full shape on synthetic "
+            f"data of the real shapes ({made}). Projected time = runs × steps × measured step, without evaluation. "
+            "A cell above 15 GB (a Colab T4's memory) needs the chapter's `micro_batch_size` there: it bounds "
+            "memory and changes no result.\n\n")
     return text + results.markdown_table(
         rows, ["table", "cells", "runs", "steps", "cpu_text", "gpu_text", "failed_text", "big"],
-        ["table", "cells", "runs", "steps", "CPU time (measured)", "GPU time", "cells that failed to build",
+        ["table", "cells", "runs", "steps", "CPU time", "GPU time", "cells that failed to build",
          "cells above 15 GB"])
 
 
@@ -328,7 +348,7 @@ def reproduction(study: str, **parameters) -> Chapter:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.dry_run", description=__doc__.split("\n")[0])
-    parser.add_argument("studies", nargs="*", default=list(CHAPTERS), choices=CHAPTERS)
+    parser.add_argument("studies", nargs="*", choices=[*CHAPTERS, []], help="chapters (default: all three)")
     parser.add_argument("--steps", type=int, default=2, help="measured steps per combination (after a warm-up)")
     parser.add_argument("--device", default="cpu", help='"cpu", "cuda", ... (the record is <study>_<device>.json)')
     parser.add_argument("--sample", action="store_true", help="only the first cell of every (dataset, model, "
@@ -340,7 +360,7 @@ def main(argv=None) -> None:
     parser.add_argument("--table", action="store_true", help="print the cost tables of the records and exit")
     args = parser.parse_args(argv)
     return_freed_memory()
-    for study in args.studies:
+    for study in args.studies or CHAPTERS:
         if not args.table:
             chapter = reproduction(study, device=args.device, **assignments(args.set, lists=False))
             started = time.perf_counter()
