@@ -330,7 +330,7 @@ def filling_note(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
         costs.append(f"{name}: {_hours(sum(measured))} ({len(measured)} of {len(empty)} measured)" if measured
                      else f"{name}: not measured")
     return (text + f" **What filling the other {len(empty)} takes**, projected by the dry run "
-            f"(`{record_path(study, 'cpu', root).name}` under `data/results/dry_run/analysis/`, every cell's runs, "
+            f"(`{study}_cpu.json` and `{study}_cuda.json` under `data/results/dry_run/analysis/`: every cell's runs, "
             f"steps and step time): {'; '.join(costs)}. The chapter's run mode fills a cell: its parameters with "
             '`mode = "run"` (papermill\'s `-p mode run`; "Running the reproductions").')
 
