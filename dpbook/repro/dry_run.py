@@ -11,7 +11,7 @@ chapters (:meth:`Chapter.every_table <dpbook.repro.papers.chapter.Chapter.every_
    random weights, the method from its plan), on ``source="shapes"``: synthetic tensors of the real dataset's
    shapes, classes and N (:func:`dpbook.repro.experiment.shape_data`), which no result file is written from;
 3. ``steps`` training steps of it through :class:`dpbook.train.Trainer` (Poisson batches at the real q), after one
-   warm-up step, once per distinct :func:`combination` (dataset, model, method, B, micro-batch): their median time
+   warm-up step, once per distinct :func:`combination` (model, method, B, micro-batch, input): their median time
    and the peak memory (CUDA: peak allocated; CPU: the process's peak resident memory, as :mod:`dpbook.repro.bench`
    reads it).
 
@@ -55,6 +55,7 @@ from dpbook.repro import bench, results
 from dpbook.repro.experiment import Experiment, Prepared, prepare
 from dpbook.repro.papers.chapter import Chapter
 from dpbook.repro.params import assignments
+from dpbook.tasks import TASKS
 
 DRY_RUN_DIR = results.RESULTS_DIR / "dry_run" / "analysis"
 FITS_MIB = 15 * 1024
@@ -75,12 +76,15 @@ def record_path(study: str, device: str, root: Path = DRY_RUN_DIR) -> Path:
 
 
 def combination(exp: Experiment) -> str:
-    """What the cost of a step depends on: dataset (shapes, N), model, method, B and micro-batch.
+    """What the cost of a step depends on: model, method, B, micro-batch, and the task's input shape and classes (not
+    its N or its values: CIFAR10 and SVHN share their steps).
 
-    >>> combination(Experiment(study="s", dataset="mnist", model="mnist_cnn", method="dpsgd"))
-    'mnist mnist_cnn dpsgd B=256 micro=None'
+    >>> combination(Experiment(study="s", dataset="svhn", model="resnet18_gn", method="dpsgd"))
+    'resnet18_gn dpsgd B=256 micro=None on (3, 32, 32) x 10 classes'
     """
-    return f"{exp.dataset} {exp.model} {exp.method} B={exp.batch_size} micro={exp.micro_batch_size}"
+    task = TASKS[exp.dataset]
+    return (f"{exp.model} {exp.method} B={exp.batch_size} micro={exp.micro_batch_size} on {task.shape} x "
+            f"{task.classes} classes")
 
 
 def _now(device: torch.device) -> float:
@@ -263,8 +267,8 @@ def cost_rows(cpu: dict | None, gpu: dict | None = None) -> list[dict]:
             continue
         row["runs"] += cell["runs"]
         row["steps"] += cell["runs"] * cell["steps_per_run"]
-        measured = [r["combinations"][cell["combination"]] for r in (gpu, cpu)
-                    if r is not None and cell["combination"] in r["combinations"]]
+        measured = [r["combinations"][r["cells"][key]["combination"]] for r in (gpu, cpu)
+                    if r is not None and r["cells"].get(key, {}).get("combination") in r["combinations"]]
         if measured and "error" in measured[0] and not _out_of_memory(measured[0]):
             row["failed"][f"step: {measured[0]['error']}"] += 1
         row["big"] += bool(measured) and (_out_of_memory(measured[0]) or measured[0].get("peak_mib", 0) > FITS_MIB)
