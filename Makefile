@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.dpbook-installed
 PYTEST_ARGS ?=
 
-.PHONY: test book browser check install bench digits mnist5k clean clean-book
+.PHONY: test book browser check install bench digits mnist5k dry-run gpu-check clean clean-book
 
 install: $(STAMP)
 
@@ -62,6 +62,15 @@ digits: $(STAMP)
 # The MNIST-5k benchmark (the papers' MNIST CNN on 5,000 real MNIST digits, every method): trains only what is missing.
 mnist5k: $(STAMP)
 	$(PY) -m dpbook.repro.sweep mnist5k --jobs 2
+
+# Every cell of the three reproduction chapters at full shape, a few steps each (resumable): what each table costs.
+dry-run: $(STAMP)
+	$(PY) -m dpbook.repro.dry_run --device $(or $(DEVICE),cpu)
+
+# On a machine with CUDA: the private-step benchmark and one cell of each paper for 200 steps (under 8 min on an H200).
+GPU_CHECK ?= data/results/gpu_check/analysis/$(shell hostname).json
+gpu-check: $(STAMP)
+	$(PY) -m dpbook.repro.gpu_check --output $(GPU_CHECK)
 
 clean-book:
 	rm -rf _build

@@ -5,7 +5,8 @@ hyperparameters, the budget (epsilon, delta), epochs, expected batch size B, opt
 protocol that charges the search the run belongs to (``"none"``, ``"rdp"`` or ``"lt"`` with a grid of G points,
 :mod:`dpbook.tuning`), and the seed. :func:`run_experiment` then
 
-1. loads the data (:func:`load_task_data`; ``smoke=True`` swaps in generated data of the real shape),
+1. loads the data (:func:`load_task_data`; ``smoke=True`` swaps in generated data of the real shape; the dry run's
+   ``prepare(exp, data="shapes")`` swaps in :func:`shape_data`, which no result file is ever written from),
 2. builds the model (GroupNorm, no BatchNorm) and moves it to the device,
 3. calibrates the run's noise: :func:`dpbook.tuning.tuning_plan` gives the DP-SGD sigma of one run of
    T = epochs x round(N/B) steps at q = B/N under the protocol, and the method takes it through
@@ -34,7 +35,7 @@ True
 from __future__ import annotations
 
 __all__ = [
-    "OPTIMIZERS", "Experiment", "smoke_data",
+    "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data",
     "load_task_data", "build_task_model", "make_optimizer", "resolve_device", "plan_of", "check_spent", "Prepared",
     "prepare", "run_experiment"
 ]
@@ -64,6 +65,12 @@ from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
 
 OPTIMIZERS = ("adam", "sgd", "sgd-momentum")
 """``"adam"``: PyTorch defaults except the learning rate; ``"sgd"``: plain SGD; ``"sgd-momentum"``: momentum 0.9."""
+
+DATA_SOURCES = ("files", "shapes")
+"""What :func:`prepare` trains on: ``"files"``, the dataset (or, with ``smoke=True``, the smoke stand-in), or
+``"shapes"``, :func:`shape_data`: synthetic tensors of the dataset's shapes, classes and N, which only the dry run
+(:mod:`dpbook.repro.dry_run`) uses to measure the cost of a step. :func:`run_experiment`, the only writer of result
+files, always trains on ``"files"``."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +214,26 @@ def smoke_data(task: Task, seed: int = 0) -> data.DataSplits:
                                          num_classes=task.classes, separation=1.0, seed=seed)
 
 
+def shape_data(task: Task, N: int, *, device: str | torch.device = "cpu", test_size: int = 64,
+               seed: int = 0) -> data.DataSplits:
+    """Synthetic data of the task's real shapes, classes and N training examples, without holding N examples: one
+    random input (token ids below the real vocabulary) viewed N times (``expand``: the engine's ``x_train[idx]``
+    gathers a batch of copies), N random labels, and ``test_size`` random test examples. The cost of a step does not
+    depend on the values; nothing trained on it is a result. Made on ``device``, so that a run's ``.to(device)``
+    copies nothing.
+
+    >>> from dpbook.tasks import TASKS
+    >>> x, y, x_test, y_test = shape_data(TASKS["cifar10"], 50_000)
+    >>> tuple(x.shape), x.stride(0), int(y.max()) < 10, tuple(x_test.shape)
+    ((50000, 3, 32, 32), 0, True, (64, 3, 32, 32))
+    """
+    one = smoke_data(dataclasses.replace(task, smoke_sizes=(1, test_size), smoke_shape=None, smoke_vocab=None), seed)
+    labels = torch.randint(task.classes, (N,), generator=torch.Generator().manual_seed(seed))
+    x = one.x_train.to(device)
+    return data.DataSplits(x.expand(N, *x.shape[1:]), labels.to(device), one.x_test.to(device),
+                           one.y_test.to(device))
+
+
 def load_task_data(exp: Experiment, *, root: str | Path = data.DEFAULT_ROOT, download: bool = False) -> data.DataSplits:
     """The experiment's train/test tensors: the real dataset (digits and MNIST-5k ship offline), or smoke data.
 
@@ -221,12 +248,17 @@ def load_task_data(exp: Experiment, *, root: str | Path = data.DEFAULT_ROOT, dow
     return splits
 
 
-def build_task_model(exp: Experiment) -> torch.nn.Module:
+def build_task_model(exp: Experiment, *, pretrained: bool = True) -> torch.nn.Module:
     """The experiment's model from the registry (:func:`dpbook.models.build_model`), sized for its task; a smoke
-    run's BERT is a tiny random ``BertConfig`` (no download)."""
+    run's BERT is a tiny random ``BertConfig`` (no download), and ``pretrained=False`` (the dry run's) a BERT of
+    BERT-base's sizes with random weights (the same step, no download)."""
     task = TASKS[exp.dataset]
-    smoke_bert = exp.smoke and exp.model.lower() == "bert_base"
-    extra = {"config": models.tiny_bert_config(task.smoke_vocab)} if smoke_bert else {}
+    bert = exp.model.lower() == "bert_base"
+    extra = {}
+    if bert and exp.smoke:
+        extra = {"config": models.tiny_bert_config(task.smoke_vocab)}
+    elif bert and not pretrained:
+        extra = {"config": models.text.transformers_module().BertConfig()}
     return models.build_model(exp.model, sized_for=task, **extra)
 
 
@@ -290,6 +322,7 @@ class Prepared:
     method: Method
     optimizer: torch.optim.Optimizer
     device: torch.device
+    data: str = "files"
 
     def trainer(self, **options) -> Trainer:
         """The run's :class:`dpbook.train.Trainer`; ``options`` (checkpoint, progress, ...) go to it."""
@@ -300,24 +333,38 @@ class Prepared:
 
 
 def prepare(exp: Experiment, *, data_root: str | Path = data.DEFAULT_ROOT, download: bool = False,
-            device: str = "auto") -> Prepared:
+            device: str = "auto", source: str = "files") -> Prepared:
     """Build the run ``exp`` describes, the one place that does: load the data, calibrate the plan on its N, seed
     and build the model on the device, take the method from the plan (:meth:`Method.from_plan
     <dpbook.methods.base.Method.from_plan>`) and the optimizer over the trainable parameters.
+
+    ``source="shapes"`` (:data:`DATA_SOURCES`, the dry run's) trains on :func:`shape_data` of the task's N (or
+    ``train_size``) and builds BERT-base with random weights; the plan, model and method are the real run's.
 
     >>> run = prepare(Experiment(study="doctest", dataset="digits", model="digits_mlp", method="dpsgd",
     ...                          hyperparameters={"C": 1.0}, epochs=1))
     >>> len(run.splits.x_train), run.plan.protocol, type(run.method).__name__, type(run.optimizer).__name__
     (1437, 'none', 'DPSGD', 'Adam')
     """
+    checks.one_of("source", source, DATA_SOURCES)
     device = resolve_device(device)
-    splits = load_task_data(exp, root=data_root, download=download)
+    splits = load_task_data(exp, root=data_root, download=download) if source == "files" else _shapes_of(exp, device)
     plan = plan_of(exp, len(splits.x_train))
     torch.manual_seed(exp.seed)  # model initialisation
-    model = build_task_model(exp).to(device)
+    model = build_task_model(exp, pretrained=source == "files").to(device)
     method = METHODS[exp.method].from_plan(plan, **exp.hyperparameters)
     optimizer = make_optimizer(exp.optimizer, (p for p in model.parameters() if p.requires_grad), exp.lr)
-    return Prepared(exp, splits, plan, model, method, optimizer, device)
+    return Prepared(exp, splits, plan, model, method, optimizer, device, source)
+
+
+def _shapes_of(exp: Experiment, device: torch.device) -> data.DataSplits:
+    """:func:`shape_data` of the experiment's task at its N: the registry's, or ``train_size`` when smaller."""
+    task = TASKS[exp.dataset]
+    if exp.smoke:
+        raise ValueError("source='shapes' takes the real dataset's shapes and N; a smoke run has its own data")
+    if task.train_size is None:
+        raise FileNotFoundError(f"{task.title} has no fixed training-set size: its N is read from its files")
+    return shape_data(task, min(task.train_size, exp.train_size or task.train_size), device=device)
 
 
 def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS_DIR,

@@ -10,9 +10,11 @@ A subclass (one per paper, ``Reproduction`` in its module) gives
 - :meth:`Chapter.label`: the columns that name a cell in the chapter's table;
 
 and may refine how many seeds or searches a cell takes (:meth:`Chapter.repetitions`), the runs its figures add
-(:meth:`Chapter.figure_runs`), the columns that describe a cell's chosen point (:meth:`Chapter.details`) and the
-table's caption (:meth:`Chapter.caption`). :mod:`dpbook.repro.reproduce` turns a (base, grid) into runs and reads
-them back. "Reproducing another paper" in the book walks through a new one.
+(:meth:`Chapter.figure_runs`), the columns that describe a cell's chosen point (:meth:`Chapter.details`), the
+table's caption (:meth:`Chapter.caption`), the paper's table a cell belongs to (:meth:`Chapter.table_of`) and the
+parameters that select every table (:meth:`Chapter.every_table`, the dry run's: :mod:`dpbook.repro.dry_run`).
+:mod:`dpbook.repro.reproduce` turns a (base, grid) into runs and reads them back. "Reproducing another paper" in
+the book walks through a new one.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class Chapter(abc.ABC):
         self._summaries: dict[Hashable, dict] = {}
         self.unreachable: dict[str, str] = {}   # run mode's notes: a cell that cannot run -> why
         self.missing: dict[str, str] = {}       # a cell whose data is missing -> the error
+        self.assume_first = False               # the dry run's: a prerequisite's best point is its first point
 
     # -- what varies per paper -------------------------------------------------------------------------------------
 
@@ -105,6 +108,37 @@ class Chapter(abc.ABC):
     def caption(self) -> str:
         """The text above the table."""
         return ""
+
+    def table_of(self, cell: Hashable) -> str:
+        """The paper's table that shows ``cell``."""
+        return ""
+
+    @classmethod
+    def every_table(cls, **parameters) -> "Chapter":
+        """The chapter with every cell of every table of the paper selected (its defaults, unless overridden)."""
+        return cls(**parameters)
+
+    def best_run(self, base: Experiment, grid: Sequence[Mapping]) -> Experiment | None:
+        """The best grid run of a prerequisite cell (:func:`dpbook.repro.reproduce.best_run`; None while its grid
+        is not done); with :attr:`assume_first` (the dry run), its first grid run, so that a waiting cell is built at
+        the prerequisite's first point."""
+        if self.assume_first:
+            return reproduce.search(base.replace(protocol="none"), grid)[0]
+        return reproduce.best_run(base, grid, self.results)
+
+    def runs_to_fill(self, cell: Hashable) -> list[Experiment]:
+        """Every run that filling ``cell`` takes, whatever is recorded: its planned runs, and (protocol "none" with a
+        grid) the re-runs of one point, distinct. Plans and builds the method of every grid point at the cell's noise
+        (a ValueError when the cell is unreachable); a waiting cell needs :attr:`assume_first` or its prerequisite's
+        results."""
+        found = self.spec(cell)
+        if found is None:
+            raise ValueError(f"waits for {self.prerequisite(cell)}'s grid")
+        base, grid = found
+        runs = reproduce.planned_runs(base, grid, self.repetitions(base))
+        if base.protocol == "none" and len(grid) > 1:
+            runs += [runs[0].replace(seed=s) for s in range(self.repetitions(base))]
+        return list({run.key(): run for run in runs}.values())
 
     # -- run mode ------------------------------------------------------------------------------------------------
 

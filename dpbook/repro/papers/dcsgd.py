@@ -283,6 +283,13 @@ class Reproduction(Chapter):
     def repetitions(self, base: Experiment) -> int:
         return self.seeds if base.protocol == "none" else self.searches
 
+    def table_of(self, c: Cell) -> str:
+        return c.table
+
+    @classmethod
+    def every_table(cls, **parameters) -> "Reproduction":
+        return cls(**{"table": list(TABLES), **parameters})
+
     def paper_row(self, c: Cell) -> dict:
         return next(r for r in paper_table(c.table)["rows"]
                     if (r["model"], r["dataset"], float(r["epsilon"]), r["method"]) == c[1:])

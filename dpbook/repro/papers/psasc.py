@@ -185,6 +185,9 @@ class Reproduction(Chapter):
             text += ", " + ", ".join(f"{k} {run.hyperparameters[k]:g}" for k in ("K0", "gamma0", "gamma1"))
         return {"chosen": text}
 
+    def table_of(self, cell: tuple[str, str]) -> str:
+        return "III"
+
     def caption(self) -> str:
         table3 = paper_tables()[1]
         return f"**{table3['title']}** ({table3['source']}; {table3['statistic']})\n\n"

@@ -1,0 +1,380 @@
+r"""Every cell of every table at full shape, for a few steps: what reproducing a paper's tables costs, measured.
+
+``python -m dpbook.repro.dry_run dcsgd dpdr psasc`` walks every cell of every table of the three reproduction
+chapters (:meth:`Chapter.every_table <dpbook.repro.papers.chapter.Chapter.every_table>`) through the one protocol:
+
+1. the runs that filling the cell takes (:meth:`Chapter.runs_to_fill
+   <dpbook.repro.papers.chapter.Chapter.runs_to_fill>`): every grid point's plan calibrated at the real T and
+   delta, and its method built at that noise (a cell that waits for another's best point is built at that cell's
+   first point);
+2. its first run built as a real run is (:func:`dpbook.repro.experiment.prepare`: the real model, BERT-base with
+   random weights, the method from its plan), on ``source="shapes"``: synthetic tensors of the real dataset's
+   shapes, classes and N (:func:`dpbook.repro.experiment.shape_data`), which no result file is written from;
+3. ``steps`` training steps of it through :class:`dpbook.train.Trainer` (Poisson batches at the real q), after one
+   warm-up step, once per distinct :func:`combination` (model, method, B, micro-batch, input): their median time
+   and the peak memory (CUDA: peak allocated; CPU: the process's peak resident memory, as :mod:`dpbook.repro.bench`
+   reads it).
+
+A cell that cannot be built or stepped is recorded with why; a combination whose peak is above 15 GB (a Colab
+T4's memory) is flagged. The record, ``data/results/dry_run/analysis/<study>_<device>.json``, holds the device,
+every combination's step time and peak memory, and per cell its runs, steps per run and the projected time, runs x
+steps x measured step (evaluation, data loading and start-up are not in it). A rerun with the same parameters skips
+what is recorded. :func:`cost_table` renders "what reproducing this table costs" from it; each reproduction chapter
+shows it.
+
+>>> from dpbook.repro.papers.psasc import Reproduction
+>>> record = dry_run(Reproduction(cells=[("mnist", "psasc")], batch_size=16, epochs=1), steps=1, output=None)
+>>> cell = record["cells"]['["mnist", "psasc"]']
+>>> cell["runs"], cell["steps_per_run"], record["combinations"][cell["combination"]]["measured_steps"]
+(8, 3750, 1)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "CHAPTERS", "record_path", "combination", "return_freed_memory",
+    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "filling_note", "main"
+]
+
+import argparse
+import collections
+import ctypes
+import dataclasses
+import importlib
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Hashable
+
+import torch
+
+from dpbook import io
+from dpbook.repro import bench, results
+from dpbook.repro.experiment import Experiment, Prepared, prepare
+from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.params import assignments
+from dpbook.tasks import TASKS
+
+DRY_RUN_DIR = results.RESULTS_DIR / "dry_run" / "analysis"
+FITS_MIB = 15 * 1024
+"""A Colab T4's memory (15 GB): a combination whose measured peak is above it is flagged."""
+OUT_OF_MEMORY = ("out of memory", "can't allocate memory")
+"""What a step's error says when its memory did not fit (CUDA; the CPU under a memory limit, ``ulimit -v``)."""
+CHAPTERS = ("dcsgd", "dpdr", "psasc")
+"""The reproduction chapters (modules of :mod:`dpbook.repro.papers`, each with its ``Reproduction``)."""
+
+
+def record_path(study: str, device: str, root: Path = DRY_RUN_DIR) -> Path:
+    """``<root>/<study>_<device type>.json``.
+
+    >>> record_path("dcsgd", "cuda:0").name
+    'dcsgd_cuda.json'
+    """
+    return Path(root) / f"{study}_{torch.device(device).type}.json"
+
+
+def combination(exp: Experiment) -> str:
+    """What the cost of a step depends on: model, method, B, micro-batch, and the task's input shape and classes (not
+    its N or its values: CIFAR10 and SVHN share their steps).
+
+    >>> combination(Experiment(study="s", dataset="svhn", model="resnet18_gn", method="dpsgd"))
+    'resnet18_gn dpsgd B=256 micro=None on (3, 32, 32) x 10 classes'
+    """
+    task = TASKS[exp.dataset]
+    return (f"{exp.model} {exp.method} B={exp.batch_size} micro={exp.micro_batch_size} on {task.shape} x "
+            f"{task.classes} classes")
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux)
+
+
+def _peak_mib(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else bench._status_mib("VmHWM")
+
+
+def return_freed_memory() -> None:
+    """glibc: give every freed block of 64 KiB or more back to the system, so that resident memory follows the
+    tensors alive (:mod:`dpbook.repro.bench` sets the same in its children's environment); elsewhere nothing. The
+    command line does it first: without it, a CPU peak is the process's resident peak, memory freed earlier
+    included (and with it, a CPU step spends more time in the kernel, which the suite's sample avoids)."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+    except OSError:
+        pass
+
+
+def measure(run: Prepared, steps: int, warmup: int = 1) -> dict:
+    """Train ``run`` for ``warmup`` steps and ``steps`` more (its Trainer: Poisson batches, micro-batches, the
+    method, the optimizer); the median step time (s) and the peak memory (MiB) over those ``steps`` (the first step
+    holds one-time costs, e.g. Book-Keeping's self-check: ``warmup=0`` only where speed matters more, the suite's)."""
+    trainer = run.trainer(progress=False)
+    _reset_peak(run.device)
+    stamps = [_now(run.device)]
+
+    def on_step(trainer, info):
+        stamps.append(_now(run.device))
+        if trainer.step == warmup:
+            _reset_peak(run.device)
+            stamps[:] = stamps[-1:]
+
+    trainer.run(max_steps=min(trainer.T, steps + warmup), on_step=on_step)
+    durations = [b - a for a, b in zip(stamps, stamps[1:])]
+    return {"step_s": statistics.median(durations), "measured_steps": len(durations),
+            "warmup": warmup, "peak_mib": round(_peak_mib(run.device), 1),
+            "parameters": sum(p.numel() for p in run.model.parameters() if p.requires_grad)}
+
+
+def sample(chapter: Chapter) -> list[Hashable]:
+    """The first selected cell of every distinct (dataset, model, method), and of every reason a cell cannot be
+    specified (NAMES without its files): the suite's dry run (a cell that waits for another's grid is taken at that
+    grid's first point)."""
+    chapter.assume_first = True
+    firsts = {}
+    for cell in chapter.selected:
+        try:
+            base = chapter.spec(cell)[0]
+            firsts.setdefault((base.dataset, base.model, base.method), cell)
+        except (ValueError, FileNotFoundError) as err:
+            firsts.setdefault(_error(err), cell)
+    return list(firsts.values())
+
+
+def _error(err: BaseException) -> str:
+    return _reason(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+
+
+def _reason(text: str) -> str:
+    """An error's first line without the folder it names (a record is read on other machines), at most 300
+    characters.
+
+    >>> _reason("DatasetNotFoundError: NAMES not found: missing Arabic.txt in '/work/data/downloads/names'.")
+    'DatasetNotFoundError: NAMES not found: missing Arabic.txt.'
+    """
+    return re.sub(r" in '[^']*'", "", text)[:300]
+
+
+def _dry_cell(chapter: Chapter, cell: Hashable, combinations: dict, steps: int, warmup: int) -> dict:
+    """One cell: its runs (calibrated and built), its first run prepared on shapes, its combination measured once."""
+    entry = {"label": {k: str(v) for k, v in chapter.label(cell).items()}, "table": chapter.table_of(cell)}
+    started = time.perf_counter()
+    try:
+        runs = chapter.runs_to_fill(cell)
+        run = prepare(runs[0], device=chapter.device, source="shapes")
+    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as err:
+        return {**entry, "error": _error(err), "build_s": round(time.perf_counter() - started, 3)}
+    key = combination(run.exp)
+    entry.update(runs=len(runs), steps_per_run=run.plan.steps, sigma=run.plan.sigma, combination=key,
+                 build_s=round(time.perf_counter() - started, 3))
+    if key not in combinations:
+        try:
+            combinations[key] = measure(run, steps, warmup)
+        except (RuntimeError, ValueError) as err:  # out of memory, or a model the engine cannot step
+            combinations[key] = {"error": _error(err)}
+        if run.device.type == "cuda":
+            torch.cuda.empty_cache()
+    return entry
+
+
+def _parameters(chapter: Chapter, steps: int) -> dict:
+    """What decides a dry run's record: the chapter's parameters (not where it keeps files) and ``steps``."""
+    fields = {f.name: getattr(chapter, f.name) for f in dataclasses.fields(chapter)
+              if f.name not in ("results_dir", "data_root", "jobs", "download")}
+    return json.loads(json.dumps({"chapter": type(chapter).__module__, "steps": steps, **fields}, default=str))
+
+
+def dry_run(chapter: Chapter, *, steps: int = 2, warmup: int = 1, cells: list[Hashable] | None = None,
+            output: Path | None = None, force: bool = False) -> dict:
+    """Walk ``cells`` (default: every selected cell) of ``chapter`` at full shape (module docstring) and return the
+    record; ``output`` (None: keep nothing) is written atomically after every cell, and a rerun with the same
+    parameters skips the cells recorded there."""
+    chapter.assume_first = True
+    device = torch.device("cuda" if chapter.device == "auto" and torch.cuda.is_available()
+                          else "cpu" if chapter.device == "auto" else chapter.device)
+    parameters = {**_parameters(chapter, steps), "warmup": warmup, "device": device.type}
+    record = {"study": "dry_run", "parameters": parameters, "provenance": results.provenance(device),
+              "combinations": {}, "cells": {}}
+    if output is not None and output.exists() and not force:
+        earlier = json.loads(output.read_text())
+        if earlier["parameters"] != parameters:
+            raise ValueError(f"{output} holds a dry run with other parameters; pass force=True (--force) to "
+                             f"replace it, or choose another output")
+        record.update(combinations=earlier["combinations"], cells=earlier["cells"])
+    for cell in chapter.selected if cells is None else cells:
+        key = json.dumps(list(cell))
+        if key in record["cells"]:
+            continue
+        record["cells"][key] = _dry_cell(chapter, cell, record["combinations"], steps, warmup)
+        if output is not None:
+            io.atomic_write_json(record, output)
+    return record
+
+
+# --- what a chapter shows ---------------------------------------------------------------------------------------
+
+
+def _hours(seconds: float) -> str:
+    """
+    >>> _hours(5400), _hours(86400 * 10)
+    ('1.5 h', '240 h (10 days)')
+    """
+    hours = f"{seconds / 3600:,.1f} h" if seconds < 36000 else f"{seconds / 3600:,.0f} h"
+    return hours if seconds < 86400 * 3 else f"{hours} ({seconds / 86400:,.0f} days)"
+
+
+def _projected(record: dict | None, cell_key: str) -> float | None:
+    """A cell's projected seconds in ``record`` (runs x steps x measured step), or None."""
+    if record is None:
+        return None
+    cell = record["cells"].get(cell_key, {})
+    measured = record["combinations"].get(cell.get("combination"), {})
+    if "step_s" not in measured:
+        return None
+    return cell["runs"] * cell["steps_per_run"] * measured["step_s"]
+
+
+def _out_of_memory(measured: dict) -> bool:
+    return any(m in measured.get("error", "") for m in OUT_OF_MEMORY)
+
+
+def cost_rows(cpu: dict | None, gpu: dict | None = None) -> list[dict]:
+    """One row per table of the dry-run records of a chapter on the CPU and on a GPU (either may be None; the cells
+    are the fuller record's): cells, runs, steps, each device's projected time ("not measured" without its record,
+    the share of cells it measured when partial), cells that failed to build (and why, once per reason) and cells
+    above 15 GB (by the GPU's peak allocated memory where the ``gpu`` record measured the cell's combination, else
+    by the CPU's resident peak, which also counts the runtime's own memory)."""
+    records = {"cpu": cpu, "gpu": gpu}
+    cells = max((r for r in records.values() if r is not None), key=lambda r: len(r["cells"]))["cells"]
+    tables: dict[str, dict] = {}
+    for key, cell in cells.items():
+        row = tables.setdefault(cell["table"], {"table": cell["table"], "cells": 0, "runs": 0, "steps": 0,
+                                                "failed": collections.Counter(), "big": 0,
+                                                **{f"{d}{part}": 0 for d in records for part in ("", "_cells")}})
+        row["cells"] += 1
+        if "error" in cell:
+            row["failed"][cell["error"]] += 1
+            continue
+        row["runs"] += cell["runs"]
+        row["steps"] += cell["runs"] * cell["steps_per_run"]
+        measured = [r["combinations"][r["cells"][key]["combination"]] for r in (gpu, cpu)
+                    if r is not None and r["cells"].get(key, {}).get("combination") in r["combinations"]]
+        if measured and "error" in measured[0] and not _out_of_memory(measured[0]):
+            row["failed"][f"step: {measured[0]['error']}"] += 1
+        row["big"] += bool(measured) and (_out_of_memory(measured[0]) or measured[0].get("peak_mib", 0) > FITS_MIB)
+        for device, record in records.items():
+            seconds = _projected(record, key)
+            row[device] += seconds or 0.0
+            row[f"{device}_cells"] += seconds is not None
+    for row in tables.values():
+        built = row["cells"] - sum(n for why, n in row["failed"].items() if not why.startswith("step: "))
+        for device in records:
+            n = row[f"{device}_cells"]
+            row[f"{device}_text"] = ("not measured" if not n else _hours(row[device])
+                                     + ("" if n == built else f" ({n} of {built} cells)"))
+        row["failed_text"] = "; ".join(f"{n} × {_reason(why)}" for why, n in row["failed"].items()) or "none"
+    return list(tables.values())
+
+
+def cost_table(study: str, root: Path = DRY_RUN_DIR) -> str:
+    """"What reproducing this table costs" for a chapter, from its dry-run records under ``root`` (CPU; CUDA when
+    one was recorded, else "not measured"), or how to make the record when there is none."""
+    cpu, gpu = _read(record_path(study, "cpu", root)), _read(record_path(study, "cuda", root))
+    if cpu is None and gpu is None:
+        return (f"*No dry-run record yet ({record_path(study, 'cpu', root).name}): `python -m dpbook.repro.dry_run "
+                f"{study}` makes it.*")
+    rows = cost_rows(cpu, gpu)
+    for row in rows:
+        row.update(runs=f"{row['runs']:,}", steps=f"{row['steps']:,}")
+    made = "; ".join(f"{name}: {r['provenance']['device']}, {r['provenance']['created'][:10]}, "
+                     f"{len(r['cells'])} cells, {r['parameters']['steps']} measured step(s) after "
+                     f"{r['parameters']['warmup']} warm-up" for name, r in (("CPU", cpu), ("GPU", gpu)) if r)
+    text = ("What reproducing each table costs, projected from dry runs of every cell at full shape on synthetic "
+            f"data of the real shapes ({made}). Projected time = runs × steps × measured step, without evaluation. "
+            "A cell above 15 GB (a Colab T4's memory) needs the chapter's `micro_batch_size` there: it bounds "
+            "memory and changes no result.\n\n")
+    return text + results.markdown_table(
+        rows, ["table", "cells", "runs", "steps", "cpu_text", "gpu_text", "failed_text", "big"],
+        ["table", "cells", "runs", "steps", "CPU time", "GPU time", "cells that failed to build",
+         "cells above 15 GB"])
+
+
+def _read(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def filling_note(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
+    """The note under a chapter's tables: how many selected cells have results and which devices their files came
+    from, and what filling the others takes by the dry run's measurements (``root``'s records of ``study``)."""
+    empty = [cell for cell, summary in chapter.summaries.items() if not summary["values"]]
+    devices = collections.Counter(r["device"] for r in results.load_results(study, root=chapter.results,
+                                                                            smoke=chapter.smoke))
+    came = "; ".join(f"{device}: {n} file(s)" for device, n in devices.most_common()) or "none yet"
+    folder = chapter.results / study
+    shown = folder.relative_to(results.REPO_ROOT) if folder.is_relative_to(results.REPO_ROOT) else folder
+    text = (f"**Cells with results: {len(chapter.selected) - len(empty)} of {len(chapter.selected)} selected.** Their "
+            f"result files: `{shown}/` (devices: {came}).")
+    if not empty:
+        return text
+    costs = []
+    for kind, name in (("cpu", "CPU"), ("cuda", "GPU")):
+        record = _read(record_path(study, kind, root))
+        projected = [_projected(record, json.dumps(list(cell))) for cell in empty]
+        measured = [s for s in projected if s is not None]
+        costs.append(f"{name}: {_hours(sum(measured))} ({len(measured)} of {len(empty)} measured)" if measured
+                     else f"{name}: not measured")
+    return (text + f" **What filling the other {len(empty)} takes**, projected by the dry run "
+            f"(`{study}_cpu.json` and `{study}_cuda.json` under `data/results/dry_run/analysis/`: every cell's runs, "
+            f"steps and step time): {'; '.join(costs)}. The chapter's run mode fills a cell: its parameters with "
+            '`mode = "run"` (papermill\'s `-p mode run`; "Running the reproductions").')
+
+
+def reproduction(study: str, **parameters) -> Chapter:
+    """The ``Reproduction`` of chapter ``study`` (:data:`CHAPTERS`) with every table selected
+    (:meth:`Chapter.every_table <dpbook.repro.papers.chapter.Chapter.every_table>`), ``parameters`` overriding its
+    defaults.
+
+    >>> len(reproduction("dcsgd").tables)
+    5
+    """
+    return importlib.import_module(f"dpbook.repro.papers.{study}").Reproduction.every_table(**parameters)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dpbook.repro.dry_run", description=__doc__.split("\n")[0])
+    parser.add_argument("studies", nargs="*", choices=[*CHAPTERS, []], help="chapters (default: all three)")
+    parser.add_argument("--steps", type=int, default=2, help="measured steps per combination (after a warm-up)")
+    parser.add_argument("--device", default="cpu", help='"cpu", "cuda", ... (the record is <study>_<device>.json)')
+    parser.add_argument("--sample", action="store_true", help="only the first cell of every (dataset, model, "
+                        "method)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a chapter parameter (e.g. batch_size=16)")
+    parser.add_argument("--output-dir", type=Path, default=DRY_RUN_DIR)
+    parser.add_argument("--force", action="store_true", help="replace a record made with other parameters")
+    parser.add_argument("--table", action="store_true", help="print the cost tables of the records and exit")
+    args = parser.parse_args(argv)
+    return_freed_memory()
+    for study in args.studies or CHAPTERS:
+        if not args.table:
+            chapter = reproduction(study, device=args.device, **assignments(args.set, lists=False))
+            started = time.perf_counter()
+            record = dry_run(chapter, steps=args.steps, cells=sample(chapter) if args.sample else None,
+                             output=record_path(study, args.device, args.output_dir), force=args.force)
+            failed = sum("error" in c for c in record["cells"].values())
+            print(f"{study}: {len(record['cells'])} cell(s), {failed} failed to build, "
+                  f"{len(record['combinations'])} combination(s) measured, {time.perf_counter() - started:.0f} s")
+        print(f"\n{study}\n\n{cost_table(study, args.output_dir)}\n")
+
+
+if __name__ == "__main__":
+    main()
