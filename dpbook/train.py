@@ -117,6 +117,16 @@ class StaleCheckpointError(ValueError):
     """A checkpoint that cannot be resumed: damaged, or written by a run with another configuration."""
 
 
+def _stored(x: torch.Tensor) -> torch.Tensor:
+    """The elements ``x`` holds in memory: a dimension of stride 0 (a view that repeats one slice, as ``expand``
+    makes) is read once, so a check of N repeated examples costs one example.
+
+    >>> _stored(torch.arange(3.0).expand(1000, 3)).shape
+    torch.Size([1, 3])
+    """
+    return x[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in x.stride())]
+
+
 def _check_data(model: nn.Module, data) -> None:
     """Refuse, before any training, data that the run could not use or would silently misreport: labels that are
     not class indices of the model's outputs, inputs the model cannot take, training and test sets of different
@@ -143,7 +153,7 @@ def _check_data(model: nn.Module, data) -> None:
         if y.dtype.is_floating_point or y.dtype == torch.bool:
             raise ValueError(f"y_{split} must hold integer class indices (torch.long), got dtype {y.dtype}: "
                              f"use y.long()")
-        if x.dtype.is_floating_point and not torch.isfinite(x).all():
+        if x.dtype.is_floating_point and not torch.isfinite(_stored(x)).all():
             bad = (~torch.isfinite(x.flatten(1))).any(1).nonzero().flatten()[:5].tolist()
             raise ValueError(f"x_{split} holds NaN or infinite values (examples {bad}...): fix or drop them")
     if x_train.shape[1:] != x_test.shape[1:] or x_train.dtype != x_test.dtype:
