@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-__all__ = ["INSTALL_HINT", "PretrainedNotFoundError", "transformers_module", "pretrained_hint"]
+__all__ = ["PretrainedNotFoundError", "transformers_module", "pretrained_hint"]
 
-INSTALL_HINT = 'the text models need Hugging Face transformers: pip install "dpbook[text]"'
+_INSTALL_HINT = 'the text models need Hugging Face transformers: pip install "dpbook[text]"'
 
 
 class PretrainedNotFoundError(FileNotFoundError):
@@ -21,7 +21,7 @@ def transformers_module():
     try:
         import transformers
     except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
+        raise ImportError(_INSTALL_HINT) from err
     return transformers
 
 

@@ -25,9 +25,9 @@ One command regenerates every result file (about 5,500 runs of a third of a seco
 
 from __future__ import annotations
 
-__all__ = ["STUDY", "SETTING", "EPSILONS", "PAPER_G", "C_GRID", "GRIDS", "BENCHMARK", "METHODS", "PROTOCOLS", "SEEDS"]
+__all__ = ["STUDY", "SETTING", "EPSILONS", "GRIDS", "BENCHMARK", "METHODS", "PROTOCOLS", "SEEDS"]
 
-from dpbook.methods.declaration import C_GRIDS, DIGITS
+from dpbook.methods.declaration import DIGITS
 from dpbook.repro.benchmark import Benchmark, declared_grids
 from dpbook.repro.papers.dcsgd import GRID_SIZES
 
@@ -36,15 +36,10 @@ SETTING = dict(dataset="digits", model="digits_mlp", epochs=10, batch_size=128, 
                delta=1e-5)
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
 
-PAPER_G = GRID_SIZES
-"""The DC-SGD paper's grid sizes with Adam (Table I's multipliers), which :data:`GRIDS` scales down."""
-
-C_GRID = C_GRIDS[STUDY]  # 4 of Table VII's 10 C values, spanning the same range
-
 GRIDS: dict[str, list[dict]] = declared_grids(STUDY)
 """Each method's grid, as its module declares it: a list of hyperparameter dicts (fixed values in every point)."""
 
-BENCHMARK = Benchmark(study=STUDY, setting=SETTING, epsilons=EPSILONS, grids=GRIDS, paper_G=PAPER_G)
+BENCHMARK = Benchmark(study=STUDY, setting=SETTING, epsilons=EPSILONS, grids=GRIDS, paper_G=GRID_SIZES)
 METHODS: tuple[str, ...] = BENCHMARK.methods
 PROTOCOLS = BENCHMARK.protocols
 SEEDS = BENCHMARK.seeds

@@ -36,21 +36,19 @@ One command regenerates every result file (it skips what exists, so it can run i
 
 from __future__ import annotations
 
-__all__ = ["STUDY", "SETTING", "EPSILONS", "C_GRID", "GRIDS", "BENCHMARK", "METHODS"]
+__all__ = ["STUDY", "SETTING", "EPSILONS", "GRIDS", "BENCHMARK", "METHODS"]
 
-from dpbook.methods.declaration import C_GRIDS, MNIST5K
+from dpbook.methods.declaration import MNIST5K
 from dpbook.repro.benchmark import Benchmark, declared_grids
-from dpbook.repro.digits_benchmark import PAPER_G
+from dpbook.repro.papers.dcsgd import GRID_SIZES
 
 STUDY = MNIST5K
 SETTING = dict(dataset="mnist5k", model="mnist_cnn", epochs=5, batch_size=256, optimizer="adam", lr=0.01,
                delta=None)
 EPSILONS = (1.0, 2.0, 3.0, 8.0)
 
-C_GRID = C_GRIDS[STUDY]  # 2 of Table VII's 10 C values: the small end and the middle of its range
-
 GRIDS: dict[str, list[dict]] = declared_grids(STUDY)
 """Each method's grid, as its module declares it: a list of hyperparameter dicts (fixed values in every point)."""
 
-BENCHMARK = Benchmark(study=STUDY, setting=SETTING, epsilons=EPSILONS, grids=GRIDS, paper_G=PAPER_G)
+BENCHMARK = Benchmark(study=STUDY, setting=SETTING, epsilons=EPSILONS, grids=GRIDS, paper_G=GRID_SIZES)
 METHODS: tuple[str, ...] = BENCHMARK.methods
