@@ -41,6 +41,10 @@ SMALL = {
                            "--method-models"],
     "dpbook.audit": ["--trials", "200"],
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
+    # the dry run of one chapter's sample at B = 2; the GPU check's path on the CPU (the documented one needs CUDA)
+    "dpbook.repro.dry_run": ["psasc", "--sample", "--steps", "1", "--set", "batch_size=2", "--device", "cpu"],
+    "dpbook.repro.gpu_check": ["--device", "cpu", "--steps", "1", "--bench-models", "mnist_cnn", "--bench-batch", "8",
+                               "--batch-size", "2", "--skip-memory"],
 }
 
 #: Entry points whose documented use exits 1 on purpose (the audit of the broken controls flags them).
@@ -101,7 +105,9 @@ def small(command: str, tmp_path: Path) -> list[str]:
     if key not in SMALL:
         pytest.fail(f"no rule to run the documented command {command!r} at small sizes: add one to SMALL")
     extra = (["--results-dir", str(tmp_path / "results")] if module == "dpbook.repro.sweep" else
-             ["--output", str(tmp_path / "record.json")] if "--output" in args else [])  # never the recorded files
+             ["--output", str(tmp_path / "record.json")] if "--output" in args else
+             ["--output-dir", str(tmp_path / "records")] if module == "dpbook.repro.dry_run" else [])
+    # (never the recorded files)
     return [sys.executable, "-m", module, *args, *SMALL[key], *extra]
 
 

@@ -117,8 +117,18 @@ def test_the_gpu_check_refuses_to_run_without_cuda(monkeypatch, tmp_path, capsys
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as stopped:
         gpu_check.main(["--output", str(tmp_path / "gpu.json")])
-    assert stopped.value.code == 2 and "the GPU check needs CUDA" in capsys.readouterr().err
+    assert stopped.value.code == 2 and "CUDA is asked for" in capsys.readouterr().err
     assert not (tmp_path / "gpu.json").exists()
+
+
+@pytest.mark.parametrize("argv, named", [(["--steps", "0"], "--steps"), (["bogus"], "unknown chapter 'bogus'"),
+                                         (["psasc", "--set", "batchsize=2"], "did you mean 'batch_size'"),
+                                         (["psasc", "--device", "bogus"], "not a torch device")])
+def test_the_dry_runs_options_are_checked_at_the_door(argv, named, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        dry_run.main([*argv, "--output-dir", str(tmp_path)])
+    assert stopped.value.code == 2 and named in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing was built or recorded
 
 
 def test_the_gpu_checks_cells_are_cells_of_the_papers():

@@ -32,6 +32,7 @@ shows it.
 from __future__ import annotations
 
 __all__ = [
+    "check_device",
     "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "CHAPTERS", "record_path", "combination", "return_freed_memory",
     "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "filling_note", "main"
 ]
@@ -50,11 +51,11 @@ from typing import Hashable
 
 import torch
 
-from dpbook import io
+from dpbook import checks, io
 from dpbook.repro import bench, results
 from dpbook.repro.experiment import Experiment, Prepared, prepare
 from dpbook.repro.papers.chapter import Chapter
-from dpbook.repro.params import assignments
+from dpbook.repro.params import assignments, positive_integer, unknown_parameters
 from dpbook.tasks import TASKS
 
 DRY_RUN_DIR = results.RESULTS_DIR / "dry_run" / "analysis"
@@ -350,10 +351,45 @@ def reproduction(study: str, **parameters) -> Chapter:
     return importlib.import_module(f"dpbook.repro.papers.{study}").Reproduction.every_table(**parameters)
 
 
+def check_device(device: str) -> torch.device:
+    """``device`` as a torch device; a ValueError saying what to do when it is CUDA and none is available.
+
+    >>> check_device("cpu").type
+    'cpu'
+    """
+    try:
+        device = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"--device {device!r} is not a torch device ({err}): use cuda, cuda:0 or cpu") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is asked for, and torch.cuda.is_available() is False here (torch "
+                         f"{torch.__version__}, CUDA build {torch.version.cuda}): run it on a machine with an NVIDIA "
+                         "GPU and a CUDA build of torch (--device cpu runs the same path on the CPU, for tests)")
+    return device
+
+
+def _checked_chapters(parser: argparse.ArgumentParser, args) -> dict[str, Chapter]:
+    """Every asked chapter, built with the command line's device and ``--set`` parameters; a bad chapter name,
+    parameter or device exits 2 with the fix, before any work."""
+    chapters = {}
+    for study in args.studies or CHAPTERS:
+        try:
+            checks.one_of("chapter", study, CHAPTERS)
+            check_device(args.device)
+            set_ = assignments(args.set, lists=False)
+            if unknown := unknown_parameters(set_, [f.name for f in dataclasses.fields(reproduction(study))]):
+                raise ValueError(f"--set: {unknown} of the {study} chapter")
+            chapters[study] = reproduction(study, device=args.device, **set_)
+        except (ValueError, RuntimeError) as err:
+            parser.error(str(err))
+    return chapters
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.dry_run", description=__doc__.split("\n")[0])
-    parser.add_argument("studies", nargs="*", choices=[*CHAPTERS, []], help="chapters (default: all three)")
-    parser.add_argument("--steps", type=int, default=2, help="measured steps per combination (after a warm-up)")
+    parser.add_argument("studies", nargs="*", help=f"chapters, any of {', '.join(CHAPTERS)} (default: all)")
+    parser.add_argument("--steps", type=positive_integer, default=2,
+                        help="measured steps per combination (after a warm-up)")
     parser.add_argument("--device", default="cpu", help='"cpu", "cuda", ... (the record is <study>_<device>.json)')
     parser.add_argument("--sample", action="store_true", help="only the first cell of every (dataset, model, "
                         "method)")
@@ -363,13 +399,16 @@ def main(argv=None) -> None:
     parser.add_argument("--force", action="store_true", help="replace a record made with other parameters")
     parser.add_argument("--table", action="store_true", help="print the cost tables of the records and exit")
     args = parser.parse_args(argv)
+    chapters = _checked_chapters(parser, args)
     return_freed_memory()
-    for study in args.studies or CHAPTERS:
+    for study, chapter in chapters.items():
         if not args.table:
-            chapter = reproduction(study, device=args.device, **assignments(args.set, lists=False))
             started = time.perf_counter()
-            record = dry_run(chapter, steps=args.steps, cells=sample(chapter) if args.sample else None,
-                             output=record_path(study, args.device, args.output_dir), force=args.force)
+            try:
+                record = dry_run(chapter, steps=args.steps, cells=sample(chapter) if args.sample else None,
+                                 output=record_path(study, args.device, args.output_dir), force=args.force)
+            except ValueError as err:  # a record made with other parameters
+                parser.error(f"{err} (--force replaces it)")
             failed = sum("error" in c for c in record["cells"].values())
             print(f"{study}: {len(record['cells'])} cell(s), {failed} failed to build, "
                   f"{len(record['combinations'])} combination(s) measured, {time.perf_counter() - started:.0f} s")

@@ -17,7 +17,7 @@ Without CUDA it stops with a message. ``--device cpu`` (with small ``--steps``, 
 
 from __future__ import annotations
 
-__all__ = ["CELLS", "check_device", "cells_of", "main"]
+__all__ = ["CELLS", "cells_of", "main"]
 
 import argparse
 import json
@@ -31,6 +31,7 @@ import torch
 from dpbook import io
 from dpbook.repro import bench, dry_run, results
 from dpbook.repro.papers.chapter import Chapter
+from dpbook.repro.params import positive_integer
 
 CELLS = {
     "dcsgd": ("IV", "resnet18_gn", "cifar10", 4.0, "dcsgd-e"),
@@ -39,20 +40,6 @@ CELLS = {
 }
 """The cell of each chapter the check trains: a ResNet of each paper on its real shapes, on a scaled-sum method
 (DC-SGD-E, Book-Keeping) and on two that read per-sample gradients (DPDR and DP-PSASC*, vmap)."""
-
-
-def check_device(device: str) -> torch.device:
-    """``device`` as a torch device; a ValueError saying what to do when it is CUDA and none is available.
-
-    >>> check_device("cpu").type
-    'cpu'
-    """
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("the GPU check needs CUDA, and torch.cuda.is_available() is False here (torch "
-                         f"{torch.__version__}, CUDA build {torch.version.cuda}): run it on a machine with an NVIDIA "
-                         "GPU and a CUDA build of torch (--device cpu runs the same path on the CPU, for tests)")
-    return device
 
 
 def cells_of(study: str, **parameters) -> tuple[Chapter, list]:
@@ -76,22 +63,23 @@ def main(argv=None) -> None:
     parser.add_argument("--output", type=Path, required=True, help="the record (JSON), e.g. "
                         "data/results/gpu_check/analysis/h200.json")
     parser.add_argument("--device", default="cuda", help='"cuda" (default); "cpu" only for tests')
-    parser.add_argument("--steps", type=int, default=200, help="measured steps of each cell (after a warm-up)")
+    parser.add_argument("--steps", type=positive_integer, default=200,
+                        help="measured steps of each cell (after a warm-up)")
     parser.add_argument("--bench-models", nargs="+", default=["mnist_cnn", "resnet18_gn"],
                         choices=list(bench.SETTINGS))
-    parser.add_argument("--bench-batch", type=int, default=256, help="the benchmark's B")
-    parser.add_argument("--batch-size", type=int, help="the cells' B instead of the papers' (tests only)")
+    parser.add_argument("--bench-batch", type=positive_integer, default=256, help="the benchmark's B")
+    parser.add_argument("--batch-size", type=positive_integer, help="the cells' B instead of the papers' (tests only)")
     parser.add_argument("--skip-memory", action="store_true", help="the benchmark without its peak memory (tests "
                         "only: it measures each contender in a child process)")
     args = parser.parse_args(argv)
     try:
-        device = check_device(args.device)
+        device = dry_run.check_device(args.device)
     except ValueError as err:
         parser.error(str(err))
     started = time.perf_counter()
     override = {} if args.batch_size is None else {"batch_size": args.batch_size}
     record = {"study": "gpu_check", "parameters": {k: (str(v) if isinstance(v, Path) else v)
-                                                   for k, v in vars(args).items()},
+                                                   for k, v in vars(args).items() if k != "output"},
               "provenance": results.provenance(device), "bench": _bench(args, device), "cells": {}}
     print(bench.tables(record["bench"]))
     for study in CELLS:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 __all__ = [
     "CHECK_CELL", "python_literal", "parts", "text_value", "assignments", "listing", "mapping", "per_dataset",
-    "check_known", "clean_float", "from_notebook",
+    "check_known", "clean_float", "positive_integer", "from_notebook",
     "record_cells", "notebook_parameters", "unknown_parameters", "parameters_cell", "infer_type", "convert"
 ]
 
+import argparse
 import ast
 import builtins
 import dataclasses
@@ -197,6 +198,23 @@ def check_known(kind: str, names: Iterable, valid: Collection) -> None:
     if wrong:
         hint = next((h for h in (did_you_mean(n, valid) for n in wrong) if h), "")
         raise ValueError(f"unknown {kind} {wrong}{hint}; valid: {list(valid)}")
+
+
+def positive_integer(text: str) -> int:
+    """A command line's count (steps, a batch size) read at the door: argparse's ``type=`` for it, so that ``0`` or
+    ``2.5`` exits 2 with the option's name before any work.
+
+    >>> positive_integer("3")
+    3
+    >>> positive_integer("0")
+    Traceback (most recent call last):
+        ...
+    argparse.ArgumentTypeError: must be an integer >= 1, got '0'
+    """
+    value = int(text) if text.strip().lstrip("-").isdigit() else None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
 
 
 def clean_float(x: Any) -> float:
