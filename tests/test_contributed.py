@@ -121,8 +121,8 @@ TAMPERED = {
         r"epsilon=2\.9951 at delta=1e-05"]),
     "sigma lowered": (set_in(("sigma",), 0.5), [
         r"sigma=0\.5, but its configuration's plan gives 1\.14",
-        r"over budget: the recorded noise \(sigma=0\.5, .*\) spends epsilon=\d+\.\d+ .*, more than its budget "
-        r"epsilon=3"]),
+        r"over budget: the recorded noise \(sigma=0\.5, .*\) spends epsilon=\d+\.\d+ .*; its protocol 'none' "
+        r"charges epsilon=\d+\.\d+, more than its budget 2\.99"]),
     "steps edited": (set_in(("steps",), 4), [r"steps=4, but its configuration's plan gives 8"]),
     "sigma not a number": (set_in(("sigma",), "1.14"), [r"its privacy numbers do not read \(.*\): rerun the cell"]),
     "the commit removed": (drop("git", "commit"), [r"missing provenance: git\.commit \(a run outside a git clone"]),

@@ -31,7 +31,7 @@ Verdict(cell=None, problems=['no such file'])
 from __future__ import annotations
 
 __all__ = [
-    "TOLERANCE", "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "Verdict", "chapters", "result_files",
+    "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "Verdict", "chapters", "result_files",
     "schema_problems", "provenance_problems", "nonprivate_problems", "smoke_problems", "place_problems",
     "privacy_problems", "chapter_for", "cell_of", "check_file", "check", "main"
 ]
@@ -48,11 +48,8 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from dpbook import accounting
 from dpbook.repro import papers, params, reproduce, results
-from dpbook.repro.experiment import Experiment, plan_of
+from dpbook.repro.experiment import SPENT_TOLERANCE, Experiment, charged_epsilon, plan_of
 from dpbook.repro.papers.chapter import Chapter
-
-#: Relative slack on the comparisons of spent and planned epsilon (what :func:`.experiment.check_spent` allows).
-TOLERANCE = 1e-9
 
 #: What a record holds besides :data:`dpbook.repro.results.REQUIRED_KEYS`: the numbers its privacy is checked from.
 ACCOUNTING_KEYS = ("N", "steps", "sample_rate", "delta_spent")
@@ -211,14 +208,16 @@ def privacy_problems(record: Mapping, exp: Experiment) -> list[str]:
                "delta_spent": plan.per_run_delta}
     problems = [f"{name}={record[name]!r}, but its configuration's plan gives {value!r}: an edited number, or not "
                 f"this configuration's run; rerun the cell" for name, value in planned.items()
-                if not math.isclose(record[name], value, rel_tol=TOLERANCE)]
-    spends = accounting.epsilon(record["sigma"], record["sample_rate"], record["steps"], record["delta_spent"],
-                                exp.accountant)
+                if not math.isclose(record[name], value, rel_tol=SPENT_TOLERANCE)]
+    history = [(record["sigma"], record["sample_rate"], record["steps"])]
+    spends = accounting.epsilon(*history[0], record["delta_spent"], exp.accountant)
     where = (f"the recorded noise (sigma={record['sigma']:.6g}, q={record['sample_rate']:.6g}, T={record['steps']}) "
              f"spends epsilon={spends:.6g} at delta={record['delta_spent']:.3g} (recomputed with dpbook.accounting)")
-    if spends > exp.epsilon * (1 + TOLERANCE):
-        problems.append(f"over budget: {where}, more than its budget epsilon={exp.epsilon:g}; rerun the cell")
-    if record["epsilon_spent"] > spends * (1 + TOLERANCE):
+    charged, target = charged_epsilon(history, plan)
+    if charged > target * (1 + SPENT_TOLERANCE):
+        problems.append(f"over budget: {where}; its protocol {plan.charged_protocol!r} charges epsilon={charged:.6g}, "
+                        f"more than its budget {target:.6g}; rerun the cell")
+    if record["epsilon_spent"] > spends * (1 + SPENT_TOLERANCE):
         problems.append(f"over budget: epsilon_spent={record['epsilon_spent']:.6g} is more than {where}, all its "
                         f"plan charges one run; rerun the cell")
     return problems

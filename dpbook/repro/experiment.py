@@ -35,8 +35,8 @@ True
 from __future__ import annotations
 
 __all__ = [
-    "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data",
-    "load_task_data", "build_task_model", "make_optimizer", "resolve_device", "plan_of", "check_spent", "Prepared",
+    "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data", "load_task_data", "build_task_model",
+    "make_optimizer", "resolve_device", "plan_of", "SPENT_TOLERANCE", "charged_epsilon", "check_spent", "Prepared",
     "prepare", "run_experiment"
 ]
 
@@ -295,6 +295,18 @@ def plan_of(exp: Experiment, N: int) -> TuningPlan:
     return _calibrated_plan(exp.epsilon, delta, q, T, exp.G, exp.protocol, accountant=exp.accountant)
 
 
+SPENT_TOLERANCE = 1e-9
+"""Relative slack of every comparison of what a run spent with what its plan charges (floating-point rounding)."""
+
+
+def charged_epsilon(history, plan: TuningPlan) -> tuple[float, float]:
+    """What the plan's one charge rule (:meth:`~dpbook.tuning.TuningPlan.run_budget`) counts for a run's ledger
+    history, and the target it must stay under: under ``"none"`` the run at (epsilon, delta); under ``"rdp"`` G
+    copies of it at the total budget; under ``"lt"`` the run at Theorem 1's per-run (epsilon_1, delta_1)."""
+    target, delta, runs = plan.run_budget()
+    return accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, plan.accountant), target
+
+
 def check_spent(history, plan: TuningPlan) -> float:
     """Recompute what the run's ledger history costs and refuse a run that spent more than its plan charges.
 
@@ -302,10 +314,10 @@ def check_spent(history, plan: TuningPlan) -> float:
     under ``"lt"`` it must fit Theorem 1's per-run (epsilon_1, delta_1). Returns the run's own epsilon at the
     plan's per-run delta.
     """
-    target, delta, runs = plan.run_budget()  # the one charge rule, which DPDR.from_plan calibrates to
-    charged = accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, plan.accountant)
+    charged, target = charged_epsilon(history, plan)  # the one charge rule, which DPDR.from_plan calibrates to
     spent = accounting.epsilon_of_history(history, plan.per_run_delta, plan.accountant)
-    if charged > target * (1 + 1e-9):
+    if charged > target * (1 + SPENT_TOLERANCE):
+        runs = plan.run_budget()[2]
         raise RuntimeError(f"the run spent epsilon={charged!r} (x{runs} runs) but its plan charges {target!r}: "
                            f"the method's from_plan does not match its accounting")
     return spent
