@@ -14,15 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from dpbook.methods import METHODS as REGISTERED
+from dpbook.models import MODELS as MODEL_BUILDERS
+from dpbook.tasks import TASKS
+
 PAPER_DIR = Path(__file__).resolve().parents[1] / "data" / "paper"
 
 PAPERS = {"dcsgd", "dpdr", "psasc"}
 READING_PREFIX = {"dcsgd": "DCSGD", "dpdr": "DPDR", "psasc": "PSASC"}  # ids of book/readings.md
-METHODS = {"dpsgd", "dcsgd-p", "dcsgd-e", "adaclip", "dynamic", "autos", "psac", "psasc", "psasc-momentum",
-           "dpdr", "diff", "diff2"}
-DATASETS = {"mnist", "fashionmnist", "cifar10", "svhn", "qnli", "names", "celeba", "imagenette", "cifar10-simclr"}
-MODELS = {"mnist_cnn", "cifar10_cnn", "resnet18_gn", "resnet34_gn", "bert_base", "char_lstm", "linear_classifier",
-          "resnet9"}
+METHODS = set(REGISTERED)  # a row names a method of the registry, a dataset of the task registry, a registered model
+DATASETS = set(TASKS)
+MODELS = set(MODEL_BUILDERS)
 OPTIMIZERS = {"adam", "sgd", "sgd-momentum"}
 PROTOCOLS = {"none", "rdp", "lt"}
 QUANTITIES = {"sigma_perp", "sigma_alpha", "sigma_g"}
