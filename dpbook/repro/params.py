@@ -412,7 +412,7 @@ def _from_text(name: str, value: Any, target: Any) -> Any:
         if containers & {list, tuple, set} and not any(t is str for t in _alternatives(target)):
             return parts(text)
     if containers & {list, tuple, set} and not isinstance(value, (list, tuple, set, dict)) and value is not None:
-        if not any(isinstance(value, t) for t in _alternatives(target) if isinstance(t, type)):
+        if not any(isinstance(value, t) for t in _alternatives(target) if _is_class(t)):
             return [value]  # one value for a list parameter
     return value
 
@@ -433,8 +433,13 @@ def _adapter(target: Any) -> TypeAdapter:
     return _ADAPTERS[key]
 
 
+def _is_class(target: Any) -> bool:
+    """A plain class such as ``int``, not an annotation such as ``list[int]`` (which Python 3.10 calls a type)."""
+    return isinstance(target, type) and typing.get_origin(target) is None
+
+
 def _type_name(target: Any) -> str:
-    return target.__name__ if isinstance(target, type) else repr(target).replace("typing.", "")
+    return target.__name__ if _is_class(target) else repr(target).replace("typing.", "")
 
 
 def _example(target: Any) -> str:
