@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections import OrderedDict
 
@@ -128,9 +129,11 @@ def _vmap_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[
 @pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("digits_mlp", 3), ("resnet18_gn", 2),
                                              ("resnet9", 2), ("linear_classifier", 3)])
 def test_vmap_per_sample_gradients_match_loop(models, name, batch):
+    # In float64: in float32 two max-pooled values can be equal to rounding, and the loop and vmap (different conv
+    # kernels) may then route a gradient to different maxima, which is not what this test is about (seen on resnet9).
     torch.manual_seed(2)
-    model = models[name]
-    x, y = torch.randn(batch, *INPUT_SHAPE[name]), torch.randint(10, (batch,))
+    model = copy.deepcopy(models[name]).double()
+    x, y = torch.randn(batch, *INPUT_SHAPE[name], dtype=torch.float64), torch.randint(10, (batch,))
     for ours, reference in zip(_vmap_gradients(model, x, y), _loop_gradients(model, x, y)):
         torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-4)
 
