@@ -24,8 +24,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXECUTED = ROOT / "tests" / "_executed"
 #: papermill as the tests run it, with the sweep's kernel start timeout: a kernel can take over a minute to start
 #: while both cores of a CI runner are busy (papermill's default, 60 s, failed a run there).
-PAPERMILL = [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar",
-             "--start-timeout", str(KERNEL_START_TIMEOUT_S)]
+PAPERMILL_BASE = [sys.executable, "-m", "papermill", "--no-progress-bar",
+                  "--start-timeout", str(KERNEL_START_TIMEOUT_S)]
+PAPERMILL = [*PAPERMILL_BASE, "-k", "python3"]
 
 
 def smoke_parameters(path: Path) -> dict:

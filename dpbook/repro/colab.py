@@ -2,8 +2,13 @@
 
 Every notebook starts with :data:`SETUP_CELL` (``tools/stamp_cells.py`` writes it, a test checks it). On
 Colab it clones the book's repository into ``/content/dpbook`` (the recorded results and the papers' tables come
-with it), installs it in editable mode with the ``text`` extra, and works from there. The install keeps Colab's
-own torch: dpbook's requirements are lower bounds (``pyproject.toml``), which Colab's torch already meets.
+with it), installs it in editable mode with the ``text`` extra unless dpbook is installed already (a rerun), and
+works from there. The install keeps Colab's own torch: dpbook's requirements are lower bounds (``pyproject.toml``;
+the oldest versions are tested, ``constraints-oldest.txt``), which Colab's torch already meets. Two environment
+variables are the cell's settings: ``DPBOOK_REPOSITORY`` (the address to clone, for a fork of the book; default
+:data:`REPOSITORY`) and ``DPBOOK_ROOT`` (where the clone goes; default ``/content/dpbook``).
+``tests/test_colab.py`` runs the cell on a stand-in for Colab: a fresh Python, a ``google.colab`` module, a bare
+clone of this repository served from a ``file://`` address, then the rest of a notebook.
 Elsewhere (a local clone, the test suite, the book build) the cell changes nothing. It ends by printing
 :func:`runtime_summary`, which says whether a GPU is there and, if not, how to get one, and by recording the cells
 the notebook runs (:func:`dpbook.repro.params.record_cells`) for the parameter check that follows the parameters cell.
@@ -26,17 +31,23 @@ REPOSITORY = "https://github.com/dpbook/dpbook"
 
 SETUP_CELL = f"""\
 # Setup. On Colab: clone the book's repository and install dpbook (Colab's torch is kept). Elsewhere: nothing.
+# A fork: set DPBOOK_REPOSITORY to its address (%env DPBOOK_REPOSITORY=...); DPBOOK_ROOT moves the clone.
 import os
 import subprocess
 import sys
+from importlib import metadata
 
 if "google.colab" in sys.modules:
-    if not os.path.isdir("/content/dpbook"):
-        clone = ["git", "clone", "--depth", "1", "{REPOSITORY}", "/content/dpbook"]
-        subprocess.run(clone, check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/dpbook[text]"], check=True)
-    os.chdir("/content/dpbook/notebooks")
-    sys.path.insert(0, "/content/dpbook")
+    root = os.environ.get("DPBOOK_ROOT", "/content/dpbook")
+    if not os.path.isdir(root):
+        repository = os.environ.get("DPBOOK_REPOSITORY", "{REPOSITORY}")
+        subprocess.run(["git", "clone", "--depth", "1", repository, root], check=True)
+    try:
+        metadata.version("dpbook")
+    except metadata.PackageNotFoundError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", f"{{root}}[text]"], check=True)
+    os.chdir(os.path.join(root, "notebooks"))
+    sys.path.insert(0, root)
 from dpbook.repro.colab import runtime_summary
 from dpbook.repro.params import record_cells
 
