@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.dpbook-installed
 PYTEST_ARGS ?=
 
-.PHONY: test book browser check install bench digits mnist5k dry-run gpu-check clean clean-book
+.PHONY: test book browser check install oldest bench digits mnist5k dry-run gpu-check clean clean-book
 
 install: $(STAMP)
 
@@ -52,6 +52,22 @@ check: $(STAMP)
 	  echo "check: make $$stage took $$(( $$(date +%s) - start )) s"; \
 	done
 
+# The oldest supported environment: a fresh venv at Python 3.10 with the lower bounds of pyproject.toml
+# (constraints-oldest.txt), installed as Colab installs dpbook (pip install -e ".[text]", no requirements.txt) plus
+# the test tools, then the whole test suite in it. CI runs it after `make check`: about 3 minutes and 5 GB of
+# install, then the suite's time.
+OLDEST_PYTHON ?= python3.10
+OLDEST := .venv-oldest
+oldest:
+	@$(OLDEST_PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null || { \
+	  echo "dpbook: 'make oldest' needs Python 3.10, the oldest dpbook supports, as OLDEST_PYTHON ('$(OLDEST_PYTHON)' is not):"; \
+	  echo "        e.g.  make oldest OLDEST_PYTHON=/usr/bin/python3.10  (pyenv: OLDEST_PYTHON=\$$(pyenv root)/versions/3.10.13/bin/python)"; \
+	  exit 1; }
+	rm -rf $(OLDEST)
+	$(OLDEST_PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints-oldest.txt -e ".[text,test]"
+	$(OLDEST)/bin/python -m pytest $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(PY) -m dpbook.repro.bench
 
@@ -76,4 +92,4 @@ clean-book:
 	rm -rf _build
 
 clean: clean-book
-	rm -rf $(VENV) tests/_executed .pytest_cache
+	rm -rf $(VENV) $(OLDEST) tests/_executed .pytest_cache

