@@ -342,36 +342,6 @@ class Reproduction(Chapter):
 
     # -- what the chapter shows ------------------------------------------------------------------------------------
 
-    def cost(self, cells: list[Cell]) -> tuple[int, float, int]:
-        """Runs the cells need and their time at Table I's per-run speed: (runs, seconds, runs without a time)."""
-        per_run_time = {(r["model"], r["method"]): r["value"] for r in paper_table("I")["rows"]}
-        runs, seconds, unpriced = 0, 0.0, 0
-        for c in cells:
-            try:
-                base, grid = self.spec(c)
-                n = (len(reproduce.planned_runs(base, grid, self.repetitions(base)))
-                     + (self.seeds if base.protocol == "none" and len(grid) > 1 else 0))
-            except (ValueError, FileNotFoundError):
-                continue  # unreachable, or NAMES not on disk: nothing to count
-            per_run = per_run_time.get((c.model, c.method if c.method != "autos" else "dpsgd"))
-            runs += n
-            seconds += n * (per_run or 0)
-            unpriced += n if per_run is None else 0
-        return runs, seconds, unpriced
-
-    def cost_table(self) -> str:
-        """Runs each table needs, and the selection, with their GPU time at Table I's speed."""
-        rows = []
-        for name, cells in [*((t, table_cells(t)) for t in TABLES),
-                            ("your selection", self.selected)]:
-            n, s, unpriced = self.cost(cells)
-            time = f"{s / 3600:,.1f} h" if name == "your selection" else f"{s / 3600:,.0f} h ({s / 86400:,.1f} days)"
-            rows.append({"table": name, "runs": f"{n:,}", "GPU time": time,
-                         "not priced": f"{unpriced:,}" if unpriced else ""})
-        return ("Runs each table needs and their time at the paper's per-run speed (Table I):\n\n"
-                + results.markdown_table(rows, ["table", "runs", "GPU time", "not priced"],
-                                         ["table", "runs", "GPU time at Table I's speed", "runs without a time"]))
-
     def measured_times(self, model: str, method: str, dataset: str | None = None) -> tuple[list[float], str | None]:
         """Wall times of the recorded Adam runs of (model, method) on the device most of them ran on."""
         match = dict(model=model, method=method, optimizer="adam", epochs=self.epochs_of(model),
