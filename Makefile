@@ -83,7 +83,7 @@ mnist5k: $(STAMP)
 dry-run: $(STAMP)
 	$(PY) -m dpbook.repro.dry_run --device $(or $(DEVICE),cpu)
 
-# On a machine with CUDA: the private-step benchmark and one cell of each paper for 200 steps (under 8 min on an H200).
+# On a machine with CUDA: the private-step benchmark and one cell of each paper for 200 steps (minutes on a GPU).
 GPU_CHECK ?= data/results/gpu_check/analysis/$(shell hostname).json
 gpu-check: $(STAMP)
 	$(PY) -m dpbook.repro.gpu_check --output $(GPU_CHECK)
