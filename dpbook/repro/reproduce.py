@@ -270,12 +270,13 @@ def empty_summary(status: str) -> dict:
 
 
 def summary_or_unreachable(spec: Callable[[], tuple[Experiment, Sequence[Mapping], int] | None],
-                           results_dir=results.RESULTS_DIR) -> dict:
+                           results_dir=results.RESULTS_DIR, waits_for: str = "another cell") -> dict:
     """:func:`summarise` of the cell ``spec()`` gives as (base, grid, seeds). A ``spec()`` of None is a cell that
-    waits for another's best point (DPDR's on DP-SGD's); a ValueError (from ``spec`` or the plan) makes it
-    unreachable, with the ``reason``; a missing dataset whose size the plan needs (NAMES) leaves it not run yet.
+    waits for another's best point (DPDR's on DP-SGD's: ``waits_for`` names it); a ValueError (from ``spec`` or the
+    plan) makes it unreachable, with the ``reason``; a missing dataset whose size the plan needs (NAMES) leaves it
+    not run yet.
 
-    >>> summary_or_unreachable(lambda: None)["status"]
+    >>> summary_or_unreachable(lambda: None, waits_for="DP-SGD")["status"]
     "waits for DP-SGD's grid"
     >>> def unreachable():
     ...     raise ValueError("no sigma reaches epsilon = 0.1")
@@ -284,7 +285,7 @@ def summary_or_unreachable(spec: Callable[[], tuple[Experiment, Sequence[Mapping
     """
     try:
         found = spec()
-        return empty_summary("waits for DP-SGD's grid") if found is None else summarise(*found, results_dir)
+        return empty_summary(f"waits for {waits_for}'s grid") if found is None else summarise(*found, results_dir)
     except ValueError as err:
         return {**empty_summary("unreachable: " + str(err).splitlines()[0][:100]), "reason": str(err)}
     except FileNotFoundError as err:

@@ -188,7 +188,9 @@ class Chapter(abc.ABC):
                 spec = self.spec(cell)
                 return None if spec is None else (*spec, self.repetitions(spec[0]))
 
-            self._summaries[cell] = reproduce.summary_or_unreachable(found, self.results)
+            prerequisite = self.prerequisite(cell)
+            waits_for = "another cell" if prerequisite is None else self.label(prerequisite).get("method", prerequisite)
+            self._summaries[cell] = reproduce.summary_or_unreachable(found, self.results, waits_for)
         return self._summaries[cell]
 
     @property
