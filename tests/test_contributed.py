@@ -199,3 +199,7 @@ def test_the_command_line_refuses_a_missing_folder_and_reports_an_empty_one(tmp_
     assert stop.value.code == 2 and f"{tmp_path / 'nowhere'}: no such file or folder" in capsys.readouterr().err
     assert contributed.main(["check", str(tmp_path)]) == 1
     assert capsys.readouterr().out == f"no result files (*.json) under {tmp_path}\n"
+    with pytest.raises(SystemExit) as stop:  # a misspelt -p stops before any file is read
+        contributed.main(["check", str(tmp_path), "-p", "stand_in", "True"])
+    assert stop.value.code == 2
+    assert "unknown parameter 'stand_in' (did you mean 'stand_ins'?)" in capsys.readouterr().err

@@ -347,6 +347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                help="a parameter of the chapter you ran, as papermill's -p (e.g. -p stand_ins True)")
     args = parser.parse_args(argv)
     parameters = {name: params.text_value(name, value) for name, value in args.p}
+    unknown = params.unknown_parameters(parameters, sorted({field.name for cls in chapters().values()
+                                                            for field in dataclasses.fields(cls) if field.init}))
+    if unknown:
+        parser.error(f"{unknown} of every reproduction chapter; -p takes the parameters you ran the chapter with")
     try:
         verdicts = check(args.paths, parameters)
     except FileNotFoundError as err:
