@@ -31,17 +31,14 @@ Verdict(cell=None, problems=['no such file'])
 from __future__ import annotations
 
 __all__ = [
-    "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "Verdict", "chapters", "result_files",
+    "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "Verdict", "result_files",
     "schema_problems", "provenance_problems", "nonprivate_problems", "smoke_problems", "place_problems",
     "privacy_problems", "chapter_for", "cell_of", "check_file", "check", "main"
 ]
 
 import argparse
 import dataclasses
-import functools
-import importlib
 import math
-import pkgutil
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -67,21 +64,6 @@ class Verdict(NamedTuple):
 
     cell: str | None
     problems: list[str]
-
-
-@functools.cache
-def chapters() -> dict[str, type[Chapter]]:
-    """Every reproduction chapter, by study: the modules of :mod:`dpbook.repro.papers` with a ``Reproduction``.
-
-    >>> sorted(chapters())
-    ['dcsgd', 'dpdr', 'psasc']
-    """
-    found = {}
-    for info in pkgutil.iter_modules(papers.__path__):
-        module = importlib.import_module(f"{papers.__name__}.{info.name}")
-        if isinstance(getattr(module, "Reproduction", None), type) and issubclass(module.Reproduction, Chapter):
-            found[module.STUDY] = module.Reproduction
-    return found
 
 
 def result_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -239,10 +221,10 @@ def chapter_for(study: str, parameters: Mapping[str, Any], root: Path) -> Chapte
     ValueError: unknown parameter 'epoch' (did you mean 'epochs'?) of the psasc chapter; give -p only the parameters \
 you ran the chapter with
     """
-    if study not in chapters():
-        raise ValueError(f"study {study!r} is not a reproduction chapter's ({', '.join(sorted(chapters()))}): only "
-                         f"the chapters' cells are checked")
-    cls = chapters()[study]
+    if study not in papers.chapters():
+        raise ValueError(f"study {study!r} is not a reproduction chapter's ({', '.join(papers.chapters())}): "
+                         f"only the chapters' cells are checked")
+    cls = papers.chapters()[study]
     unknown = params.unknown_parameters(parameters, [f.name for f in dataclasses.fields(cls) if f.init])
     if unknown:
         raise ValueError(f"{unknown} of the {study} chapter; give -p only the parameters you ran the chapter with")
@@ -347,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                help="a parameter of the chapter you ran, as papermill's -p (e.g. -p stand_ins True)")
     args = parser.parse_args(argv)
     parameters = {name: params.text_value(name, value) for name, value in args.p}
-    unknown = params.unknown_parameters(parameters, sorted({field.name for cls in chapters().values()
+    unknown = params.unknown_parameters(parameters, sorted({field.name for cls in papers.chapters().values()
                                                             for field in dataclasses.fields(cls) if field.init}))
     if unknown:
         parser.error(f"{unknown} of every reproduction chapter; -p takes the parameters you ran the chapter with")

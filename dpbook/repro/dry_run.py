@@ -41,7 +41,6 @@ import argparse
 import collections
 import ctypes
 import dataclasses
-import importlib
 import json
 import re
 import statistics
@@ -52,7 +51,7 @@ from typing import Hashable
 import torch
 
 from dpbook import checks, io
-from dpbook.repro import bench, results
+from dpbook.repro import bench, papers, results
 from dpbook.repro.experiment import Experiment, Prepared, prepare
 from dpbook.repro.papers.chapter import Chapter
 from dpbook.repro.params import assignments, positive_integer, unknown_parameters
@@ -63,8 +62,8 @@ FITS_MIB = 15 * 1024
 """A Colab T4's memory (15 GB): a combination whose measured peak is above it is flagged."""
 OUT_OF_MEMORY = ("out of memory", "can't allocate memory")
 """What a step's error says when its memory did not fit (CUDA; the CPU under a memory limit, ``ulimit -v``)."""
-CHAPTERS = ("dcsgd", "dpdr", "psasc")
-"""The reproduction chapters (modules of :mod:`dpbook.repro.papers`, each with its ``Reproduction``)."""
+CHAPTERS = tuple(papers.chapters())
+"""The reproduction chapters (:func:`dpbook.repro.papers.chapters`)."""
 
 
 def record_path(study: str, device: str, root: Path = DRY_RUN_DIR) -> Path:
@@ -348,7 +347,7 @@ def reproduction(study: str, **parameters) -> Chapter:
     >>> len(reproduction("dcsgd").tables)
     5
     """
-    return importlib.import_module(f"dpbook.repro.papers.{study}").Reproduction.every_table(**parameters)
+    return papers.chapters()[study].every_table(**parameters)
 
 
 def check_device(device: str) -> torch.device:
