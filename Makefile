@@ -1,4 +1,5 @@
-# dpbook: two commands do all the set-up on a machine that has python3 (>= 3.10), make and git.
+# dpbook: two commands do all the set-up on a machine that has python3 (>= 3.11: requirements.txt's pins; the package
+# itself supports 3.10, which `make oldest` tests), make and git.
 #   make test   create .venv if missing, install, lint (ruff), run the whole test suite
 #   make book   create .venv if missing, install, execute the notebooks (cached), build the HTML book
 #   make check  everything CI checks: the test suite, the book build, then every page of the book in headless
@@ -16,10 +17,10 @@ PYTEST_ARGS ?=
 install: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null || { \
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
 	  if command -v $(PYTHON) >/dev/null 2>&1; then found="$$($(PYTHON) --version 2>&1)"; else found="not found on PATH"; fi; \
-	  echo "dpbook: needs Python >= 3.10, but '$(PYTHON)' is $$found."; \
-	  echo "        Install Python 3.10 or newer and rerun with it, e.g.  make PYTHON=python3.11 $(MAKECMDGOALS)"; \
+	  echo "dpbook: the development environment (requirements.txt) needs Python >= 3.11, but '$(PYTHON)' is $$found."; \
+	  echo "        Install Python 3.11 or newer and rerun with it, e.g.  make PYTHON=python3.12 $(MAKECMDGOALS)"; \
 	  exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  echo "dpbook: could not create the virtual environment $(VENV) with '$(PYTHON) -m venv'."; \
@@ -55,7 +56,7 @@ check: $(STAMP)
 # The oldest supported environment: a fresh venv at Python 3.10 with the lower bounds of pyproject.toml
 # (constraints-oldest.txt), installed as Colab installs dpbook (pip install -e ".[text]", no requirements.txt) plus
 # the test tools, then the whole test suite in it. CI runs it after `make check`: about 3 minutes and 5 GB of
-# install, then the suite's time.
+# install from the package index (PyPI: the old torch and its CUDA libraries), then the suite's time.
 OLDEST_PYTHON ?= python3.10
 OLDEST := .venv-oldest
 oldest:

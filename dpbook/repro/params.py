@@ -18,7 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "CHECK_CELL", "python_literal", "parts", "text_value", "assignments", "listing", "mapping", "per_dataset",
-    "check_known", "clean_float", "positive_integer", "from_notebook",
+    "check_known", "clean_float", "positive_integer", "field_names", "from_notebook",
     "record_cells", "notebook_parameters", "unknown_parameters", "parameters_cell", "infer_type", "convert"
 ]
 
@@ -227,6 +227,16 @@ def clean_float(x: Any) -> float:
     return float(f"{float(x):.6g}")
 
 
+def field_names(cls: type) -> list[str]:
+    """The parameters of the dataclass ``cls`` (a chapter's ``Reproduction``): its fields set by ``__init__``.
+
+    >>> import dataclasses
+    >>> field_names(dataclasses.make_dataclass("Point", ["x", ("y", int, dataclasses.field(init=False))]))
+    ['x']
+    """
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
 def from_notebook(cls: type, namespace: dict):
     """An instance of the dataclass ``cls`` from the notebook's variables named as its fields (a chapter's
     ``Reproduction`` from its checked parameters).
@@ -236,7 +246,7 @@ def from_notebook(cls: type, namespace: dict):
     >>> from_notebook(Point, {"x": 1, "y": 2, "mode": "render"})
     Point(x=1, y=2)
     """
-    return cls(**{f.name: namespace[f.name] for f in dataclasses.fields(cls) if f.init})
+    return cls(**{name: namespace[name] for name in field_names(cls)})
 
 
 # ---------------------------------------------------------------------------------------------------------------
