@@ -82,3 +82,27 @@ def test_unreachable_cells_are_the_expected_ones(name):
             # LT's per-run budget at epsilon = 1 is reachable (the RDP orders grow past 63): only Andrew et al.'s
             # fixed sigma_b = B/20 and DPDR's GDR-step floor can make a cell unreachable
             assert ("sigma_b" in found["reason"] and m == "adaclip") or m == "dpdr", (m, e, p, found["reason"])
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_tables_and_legends_name_methods_as_the_book_does(name):
+    """The benchmarks' tables and figures show each method's declared label (plotting.method_label), never the
+    registry's key, on the committed results."""
+    import matplotlib.pyplot as plt
+
+    from dpbook.repro import benchmark_report as report
+    from dpbook.repro import results
+    from dpbook.repro.plotting import method_label
+
+    module = BENCHMARKS[name][0]
+    cells = report.cells(module.BENCHMARK, results.RESULTS_DIR)
+    methods, epsilons = list(module.METHODS), list(module.BENCHMARK.epsilons)
+    tables = [report.accuracy_table(cells, methods, epsilons, "none"),
+              report.chosen_table(cells, module.GRIDS, methods, epsilons),
+              report.versus_baseline(cells, methods, epsilons, "none")]
+    first_column = {line.split("|")[1].strip() for table in tables for line in table.splitlines()[2:]}
+    assert first_column == {method_label(m) for m in methods}
+    fig = report.plot_accuracy(cells, methods, epsilons, delta="δ", title="t")
+    legend = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
+    plt.close(fig)
+    assert legend == {method_label(m) for m in methods}

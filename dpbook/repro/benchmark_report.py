@@ -31,7 +31,7 @@ from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import results
 from dpbook.repro.benchmark import PROTOCOLS, Benchmark
 from dpbook.repro.experiment import Experiment, plan_of
-from dpbook.repro.plotting import legend_below, method_colour
+from dpbook.repro.plotting import legend_below, method_colour, method_label
 
 Cells = Mapping[tuple[str, float, str], dict]
 
@@ -72,8 +72,8 @@ def _cell_text(cell: Mapping) -> str:
 def accuracy_table(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str) -> str:
     """One protocol's cells as a Markdown table: a row per method, a column per epsilon."""
     columns = [f"eps={e:g}" for e in epsilons]
-    rows = [{"method": m, **{c: _cell_text(the_cells[(m, e, protocol)]) for c, e in zip(columns, epsilons)}}
-            for m in methods]
+    rows = [{"method": method_label(m),
+             **{c: _cell_text(the_cells[(m, e, protocol)]) for c, e in zip(columns, epsilons)}} for m in methods]
     return results.markdown_table(rows, ["method", *columns])
 
 
@@ -82,7 +82,7 @@ def unreachable(the_cells: Cells) -> dict[str, list[str]]:
     reasons: dict[str, list[str]] = {}
     for (m, e, p), c in the_cells.items():
         if c["status"] == "unreachable":
-            reasons.setdefault(c["reason"].split(":")[0][:90], []).append(f"{m} eps={e:g} {p}")
+            reasons.setdefault(c["reason"].split(":")[0][:90], []).append(f"{method_label(m)} eps={e:g} {p}")
     return reasons
 
 
@@ -91,7 +91,7 @@ def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[
     """The best grid point of each tuned method at each epsilon under "none" (the point re-trained)."""
     rows = []
     for m in (m for m in methods if len(grids[m]) > 1):
-        row = {"method": m}
+        row = {"method": method_label(m)}
         for e in epsilons:
             c = the_cells[(m, e, "none")]
             row[f"eps={e:g}"] = (", ".join(f"{k}={v:g}" for k, v in c["chosen"][0].items()) if c["chosen"]
@@ -114,7 +114,7 @@ def plot_accuracy(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[f
                       for e in epsilons if values(the_cells, m, e, protocol)]
             if points:
                 xs, ys, es = zip(*points)
-                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=method_colour(m), label=m)
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=method_colour(m), label=method_label(m))
         ax.set_xscale("log", base=2)
         ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
         ax.set_xlabel(f"privacy budget ε ({delta})")
@@ -138,7 +138,7 @@ def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Seque
                 if free and charged:
                     drop = 100 * (np.mean(free) - np.mean(charged))
                     axs[0].scatter(G, drop, marker=marker, color=method_colour(m), s=14 + 6 * e,
-                                   label=m if (protocol, e) == ("rdp", epsilons[-1]) else None)
+                                   label=method_label(m) if (protocol, e) == ("rdp", epsilons[-1]) else None)
                 sigma = the_cells[(m, e, protocol)]["sigma"]
                 if sigma is not None:
                     axs[1].scatter(G, sigma, marker=marker, color=method_colour(m), s=14 + 6 * e)
@@ -240,7 +240,7 @@ def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence
     mark = {1: "▲", -1: "▼", 0: "·"}
     rows = []
     for m in (m for m in methods if m != baseline):
-        row = {"method": m}
+        row = {"method": method_label(m)}
         for e in epsilons:
             va, vb = values(the_cells, m, e, protocol), values(the_cells, baseline, e, protocol)
             if va is None or vb is None:

@@ -3,7 +3,8 @@ figures sized for the book's text column (panels stacked in rows, one legend out
 
 from __future__ import annotations
 
-__all__ = ["NONPRIVATE_COLOUR", "method_colour", "axes", "annotate_empty", "PAGE_WIDTH", "panel_grid", "legend_below"]
+__all__ = ["NONPRIVATE_COLOUR", "method_colour", "method_label", "axes", "annotate_empty", "PAGE_WIDTH", "panel_grid",
+           "legend_below"]
 
 import matplotlib.pyplot as plt
 
@@ -26,6 +27,21 @@ def method_colour(name: str) -> str:
         return METHODS[name].declaration.colour
     except KeyError:
         raise KeyError(f"no colour for method {name!r}; known: {['nonprivate', *in_book_order()]}") from None
+
+
+def method_label(name: str) -> str:
+    """The book's name for a registered method (its declared ``label``) or for ``"nonprivate"``: what tables and
+    legends show, never the registry's key; a KeyError names the known ones.
+
+    >>> method_label("adaclip"), method_label("nonprivate")
+    ('Andrew et al.', 'non-private')
+    """
+    if name == "nonprivate":
+        return "non-private"
+    try:
+        return METHODS[name].declaration.label
+    except KeyError:
+        raise KeyError(f"no label for method {name!r}; known: {['nonprivate', *in_book_order()]}") from None
 
 
 def axes(title: str, xlabel: str, ylabel: str, *, ax=None, figsize=(6, 4)):

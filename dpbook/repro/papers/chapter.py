@@ -25,9 +25,9 @@ import abc
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence
 
-from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
+from dpbook.repro.plotting import method_label
 
 
 def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -38,7 +38,7 @@ def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = No
     {'dpsgd': 'DP-SGD', 'autos': 'AutoClip'}
     """
     aliases = aliases or {}
-    return {m: aliases[m] if m in aliases else METHODS[m].declaration.label for m in methods}
+    return {m: aliases[m] if m in aliases else method_label(m) for m in methods}
 
 
 @dataclass
