@@ -1,7 +1,7 @@
 """Every notebook in notebooks/ is a test: papermill's command line runs it with its smoke parameters, typed as a
 shell user types them (``-p seeds "0, 1"``, ``-p cells "[['mnist', 3.0, 'dpsgd']]"``: text, which the notebook's
 parameter check turns into each parameter's type), then nbval (lax mode) re-runs the executed copy and checks that
-the cells marked ``# NBVAL_CHECK_OUTPUT`` reproduce their outputs.
+the cells tagged ``nbval-check-output`` reproduce their outputs (a tag, not a comment: readers never see it).
 
 Adding a notebook to notebooks/ is enough for it to be tested. Its smoke parameters live in one place, the
 notebook's own metadata: ``metadata["dpbook"]["smoke_parameters"]`` (a dict of values; :func:`shell_text` writes
@@ -43,9 +43,17 @@ def has_parameters_cell(path: Path) -> bool:
 
 
 def has_checked_cells(path: Path) -> bool:
-    """Whether a code cell is marked ``# NBVAL_CHECK_OUTPUT`` (nbval compares those outputs on a second run)."""
+    """Whether a code cell is tagged ``nbval-check-output`` (nbval compares those outputs on a second run)."""
     cells = json.loads(path.read_text())["cells"]
-    return any("# NBVAL_CHECK_OUTPUT" in "".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return any("nbval-check-output" in c["metadata"].get("tags", []) for c in cells if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_test_marker_in_what_readers_see(path: Path):
+    """nbval's markers are cell tags: a ``# NBVAL_...`` comment would be printed on the book's page."""
+    cells = json.loads(path.read_text())["cells"]
+    shown = [i for i, c in enumerate(cells) if "NBVAL_" in "".join(c["source"])]
+    assert not shown, f"{path.name}: cells {shown} hold an NBVAL_ marker; tag them nbval-check-output instead"
 
 
 def shell_text(value) -> str:
