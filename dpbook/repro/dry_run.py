@@ -320,8 +320,7 @@ def filling_note(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
     devices = collections.Counter(r["device"] for r in results.load_results(study, root=chapter.results,
                                                                             smoke=chapter.smoke))
     came = "; ".join(f"{device}: {n} file(s)" for device, n in devices.most_common()) or "none yet"
-    folder = chapter.results / study
-    shown = folder.relative_to(results.REPO_ROOT) if folder.is_relative_to(results.REPO_ROOT) else folder
+    shown = results.shown_path(chapter.results / study)
     text = (f"**Cells with results: {len(chapter.selected) - len(empty)} of {len(chapter.selected)} selected.** Their "
             f"result files: `{shown}/` (devices: {came}).")
     if not empty:

@@ -19,7 +19,8 @@ from __future__ import annotations
 __all__ = [
     "REPO_ROOT", "RESULTS_DIR", "PAPER_DIR", "SCHEMA_VERSION", "device_name", "versions",
     "provenance", "write_result", "nonprivate_keys", "REQUIRED_KEYS", "CorruptResultError", "ANALYSIS_DIR",
-    "is_analysis", "read_result", "recorded", "repo_path", "load_results", "load_paper_table", "paper_rows",
+    "is_analysis", "read_result", "recorded", "repo_path", "shown_path", "load_results", "load_paper_table",
+    "paper_rows",
     "mean_std", "format_mean_std", "mean_std_text", "final_metric", "compare", "difference", "markdown_table"
 ]
 
@@ -208,6 +209,17 @@ def repo_path(path: str | Path | None, default: Path = RESULTS_DIR) -> Path:
         return default
     path = Path(path)
     return path if path.is_absolute() else REPO_ROOT / path
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` as a page shows it: relative to the repository root when it is inside it (the same on every
+    machine), else as given.
+
+    >>> shown_path(RESULTS_DIR / "dcsgd"), shown_path("/elsewhere/results")
+    ('data/results/dcsgd', '/elsewhere/results')
+    """
+    path = Path(path)
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def load_results(study: str, *, root: str | Path = RESULTS_DIR, smoke: bool = False, **match) -> list[dict]:

@@ -165,7 +165,7 @@ _PAGE_FACTS = r"""
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     imgs, code, tables, mainRight: box.right, opening,
-    pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth,
+    pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth, pageText: main.innerText,
   };
 }
 """
@@ -275,6 +275,11 @@ class BookBrowser:
             else:
                 if re.search(r"\$[^\s$][^$\n]*\$", text):
                     add("raw-math", f"$...$ left in the text: {text.strip()[:100]!r}")
+        for marker in (str(ROOT), "site-packages"):
+            if marker in facts["pageText"]:
+                at = facts["pageText"].index(marker)
+                add("machine-path", f"the building machine's path {marker!r} is on the page (print paths with "
+                                    f"results.shown_path): {facts['pageText'][max(0, at - 60):at + 60]!r}")
         for text in facts["paragraphs"]:
             if _PIPE_TABLE.search(text):
                 add("pipe-table", f"a Markdown table shown as a paragraph of pipes: {text.strip()[:100]!r}")

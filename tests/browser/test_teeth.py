@@ -14,7 +14,7 @@ import shutil
 import matplotlib
 import pytest
 
-from .bookcheck import book_pages, colab_link
+from .bookcheck import ROOT, book_pages, colab_link
 
 matplotlib.use("Agg")
 
@@ -63,6 +63,7 @@ INSERTED = {
     "code-too-long": ('<div class="cell_input"><div class="highlight"><pre>'
                       + "\n".join(f"x{i} = {i}" for i in range(60)) + "</pre></div></div>"),
     "page-overflow": '<div style="width: 4000px">a block wider than any window</div>',
+    "machine-path": f"<pre>results under {ROOT / 'data' / 'results'}</pre>",
     "figure-downscaled": f'<img alt="a 24-inch wide figure" src="data:image/png;base64,{_wide_png()}">',
 }
 
