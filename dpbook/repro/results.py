@@ -39,10 +39,21 @@ import torch
 from dpbook.io import atomic_write_json
 from dpbook.methods.base import is_nonprivate
 
-#: The repository root (results and paper tables are found relative to it, whatever the working directory).
 REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The repository root (results and paper tables are found relative to it, whatever the working directory).
+
+:meta hide-value:
+"""
 RESULTS_DIR = REPO_ROOT / "data" / "results"
+"""``data/results/`` of the repository: one folder per study.
+
+:meta hide-value:
+"""
 PAPER_DIR = REPO_ROOT / "data" / "paper"
+"""``data/paper/`` of the repository: the papers' tables, transcribed once.
+
+:meta hide-value:
+"""
 SCHEMA_VERSION = 1
 
 
