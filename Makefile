@@ -55,7 +55,7 @@ check: $(STAMP)
 
 # The oldest supported environment: a fresh venv at Python 3.10 with the lower bounds of pyproject.toml
 # (constraints-oldest.txt), installed as Colab installs dpbook (pip install -e ".[text]", no requirements.txt) plus
-# the test tools, then the whole test suite in it. CI runs it after `make check`: about 3 minutes and 5 GB of
+# the test tools, then the whole test suite in it. CI runs it after `make check`: about 3 minutes and 5.5 GB of
 # install from the package index (PyPI: the old torch and its CUDA libraries), then the suite's time.
 OLDEST_PYTHON ?= python3.10
 OLDEST := .venv-oldest
