@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import functools
 
+import matplotlib.pyplot as plt
 import pytest
 
 from dpbook.methods import METHODS
-from dpbook.repro import digits_benchmark, mnist5k_benchmark
+from dpbook.repro import benchmark_report as report
+from dpbook.repro import digits_benchmark, mnist5k_benchmark, results
+from dpbook.repro.plotting import method_label
 
 #: name -> (module, the command that regenerates its results, the scale of the DC-SGD paper's grid sizes).
 BENCHMARKS = {
@@ -88,12 +91,6 @@ def test_unreachable_cells_are_the_expected_ones(name):
 def test_tables_and_legends_name_methods_as_the_book_does(name):
     """The benchmarks' tables and figures show each method's declared label (plotting.method_label), never the
     registry's key, on the committed results."""
-    import matplotlib.pyplot as plt
-
-    from dpbook.repro import benchmark_report as report
-    from dpbook.repro import results
-    from dpbook.repro.plotting import method_label
-
     module = BENCHMARKS[name][0]
     cells = report.cells(module.BENCHMARK, results.RESULTS_DIR)
     methods, epsilons = list(module.METHODS), list(module.BENCHMARK.epsilons)

@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from dpbook.repro import dry_run, gpu_check
+from dpbook.repro import dry_run, gpu_check, papers
 from dpbook.repro.experiment import Experiment, prepare, shape_data
 from dpbook.tasks import TASKS
 
@@ -22,7 +22,7 @@ from dpbook.tasks import TASKS
 EXPECTED_FAILURES = ("DatasetNotFoundError: NAMES not found", "ValueError: sigma_b: 2 * sigma_b must exceed sigma")
 
 
-@pytest.mark.parametrize("study", dry_run.CHAPTERS)
+@pytest.mark.parametrize("study", papers.chapters())
 def test_the_sample_dry_run_of_a_chapter(study, tmp_path, monkeypatch):
     """One test per chapter (the sample is its expensive part, built once): it covers every combination and builds
     every cell or says why; a rerun skips what is recorded; the cost table is runs x steps x the measured step."""

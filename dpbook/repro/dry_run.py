@@ -33,7 +33,7 @@ from __future__ import annotations
 
 __all__ = [
     "check_device",
-    "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "CHAPTERS", "record_path", "combination", "return_freed_memory",
+    "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "record_path", "combination", "return_freed_memory",
     "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "filling_note", "main"
 ]
 
@@ -62,8 +62,6 @@ FITS_MIB = 15 * 1024
 """A Colab T4's memory (15 GB): a combination whose measured peak is above it is flagged."""
 OUT_OF_MEMORY = ("out of memory", "can't allocate memory")
 """What a step's error says when its memory did not fit (CUDA; the CPU under a memory limit, ``ulimit -v``)."""
-CHAPTERS = tuple(papers.chapters())
-"""The reproduction chapters (:func:`dpbook.repro.papers.chapters`)."""
 
 
 def record_path(study: str, device: str, root: Path = DRY_RUN_DIR) -> Path:
@@ -339,7 +337,7 @@ def filling_note(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
 
 
 def reproduction(study: str, **parameters) -> Chapter:
-    """The ``Reproduction`` of chapter ``study`` (:data:`CHAPTERS`) with every table selected
+    """The ``Reproduction`` of chapter ``study`` (:func:`dpbook.repro.papers.chapters`) with every table selected
     (:meth:`Chapter.every_table <dpbook.repro.papers.chapter.Chapter.every_table>`), ``parameters`` overriding its
     defaults.
 
@@ -370,9 +368,9 @@ def _checked_chapters(parser: argparse.ArgumentParser, args) -> dict[str, Chapte
     """Every asked chapter, built with the command line's device and ``--set`` parameters; a bad chapter name,
     parameter or device exits 2 with the fix, before any work."""
     chapters = {}
-    for study in args.studies or CHAPTERS:
+    for study in args.studies or papers.chapters():
         try:
-            checks.one_of("chapter", study, CHAPTERS)
+            checks.one_of("chapter", study, papers.chapters())
             check_device(args.device)
             set_ = assignments(args.set, lists=False)
             if unknown := unknown_parameters(set_, field_names(papers.chapters()[study])):
@@ -385,7 +383,7 @@ def _checked_chapters(parser: argparse.ArgumentParser, args) -> dict[str, Chapte
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.dry_run", description=__doc__.split("\n")[0])
-    parser.add_argument("studies", nargs="*", help=f"chapters, any of {', '.join(CHAPTERS)} (default: all)")
+    parser.add_argument("studies", nargs="*", help=f"chapters, any of {', '.join(papers.chapters())} (default: all)")
     parser.add_argument("--steps", type=positive_integer, default=2,
                         help="measured steps per combination (after a warm-up)")
     parser.add_argument("--device", default="cpu", help='"cpu", "cuda", ... (the record is <study>_<device>.json)')
