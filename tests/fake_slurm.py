@@ -106,6 +106,12 @@ def session_members(sid):
                 pass
     return pids
 
+def requeue_in_flight(job):
+    """True while the `scontrol requeue` that flagged the job has not returned yet (for at most KILL_WAIT_S)."""
+    pid = job.get("requeue_pid")
+    return bool(job["requeue_requested"] and pid and job.get("pgid") and time.time() < job["requeue_at"] + KILL_WAIT_S
+                and pid in session_members(job["pgid"]))
+
 def signal_job(job, sig, batch=False, full=False):
     pgid = job.get("pgid")
     if not pgid or job["state"] not in ("RUNNING", "REQUEUED", "COMPLETING"):
@@ -259,7 +265,8 @@ def controller(first):
             running[key] = launch(key)
         for key, proc in list(running.items()):
             job = read(key)
-            if (job["cancel_requested"] or job["requeue_requested"]) and key not in killing and proc.poll() is None:
+            if (job["cancel_requested"] or job["requeue_requested"]) and key not in killing and proc.poll() is None \
+                    and not requeue_in_flight(job):
                 signal_job(job, signal.SIGCONT, full=True)
                 signal_job(job, signal.SIGTERM, full=True)
                 killing[key] = time.time() + KILL_WAIT_S
@@ -295,7 +302,7 @@ def controller(first):
                 if job["cancel_requested"]:
                     job["state"] = "CANCELLED"
                 elif job["requeue_requested"]:
-                    job.update(state="PENDING", requeue_requested=False, restarts=job["restarts"] + 1,
+                    job.update(state="PENDING", requeue_requested=False, requeue_pid=None, restarts=job["restarts"] + 1,
                                warned=False, timed_out=False)
                     pending.append(key)
                     not_before[key] = time.time() + REQUEUE_DELAY_S
@@ -464,7 +471,10 @@ def scontrol(argv):
                     j = read(j["key"])
                     if j["state"] in ("RUNNING", "COMPLETING"):
                         # the state says REQUEUED from now on, so no poll can see this run's end as FAILED
-                        j.update(state="REQUEUED", requeue_requested=True)
+                        # scontrol answers before the job is killed (as slurmctld does): the controller waits for
+                        # this process, which may be one of the job's own (submitit's handler), to have exited
+                        j.update(state="REQUEUED", requeue_requested=True, requeue_pid=os.getpid(),
+                                 requeue_at=time.time())
                     write(j)
                     # (a finished job would need a new controller to be re-run: not emulated here)
         return 0
