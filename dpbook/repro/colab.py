@@ -50,8 +50,10 @@ if "google.colab" in sys.modules:
     sys.path.insert(0, root)
 from dpbook.repro.colab import runtime_summary
 from dpbook.repro.params import record_cells
+from dpbook.repro.plotting import book_figures
 
 print(runtime_summary())
+book_figures()  # each figure's PNG records its smallest text, which the book's browser check reads
 record_cells()  # what the parameter check, right after the parameters cell, reads the parameters from"""
 
 

@@ -4,9 +4,11 @@ figures sized for the book's text column (panels stacked in rows, one legend out
 from __future__ import annotations
 
 __all__ = ["NONPRIVATE_COLOUR", "method_colour", "method_label", "axes", "annotate_empty", "PAGE_WIDTH", "panel_grid",
-           "legend_below"]
+           "legend_below", "SMALLEST_TEXT_KEY", "smallest_text_px", "book_figures"]
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from dpbook.methods import METHODS, in_book_order
 
@@ -108,3 +110,52 @@ def legend_below(fig, axs, *, ncols: int = 3, **legend_kwargs):
         return None
     return fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", ncols=ncols,
                       **legend_kwargs)
+
+
+#: The PNG text chunk in which a notebook's figures record :func:`smallest_text_px` (see :func:`book_figures`).
+SMALLEST_TEXT_KEY = "dpbook smallest text (px)"
+
+
+def smallest_text_px(fig: Figure) -> float | None:
+    """The height (pixels of the figure's own PNG, at ``fig.dpi``) of the smallest visible text in ``fig``: tick
+    labels, legend, annotations; None for a figure without text. Shown at a scale ``k`` (the page's width of the
+    image over its pixel width), it reads as ``k`` times that: the book's browser check wants 9 px or more.
+
+    >>> fig, ax = plt.subplots(dpi=100)
+    >>> _ = ax.set_xticks([0, 1], ["a", "b"], fontsize=7.2)
+    >>> smallest_text_px(fig)  # 7.2 pt at 100 dpi
+    10.0
+    >>> plt.close("all")
+    """
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * fig.dpi / 72 if sizes else None
+
+
+def _png(fig: Figure) -> str:
+    from IPython.core.pylabtools import print_figure
+
+    px = smallest_text_px(fig)
+    return print_figure(fig, "png", base64=True,
+                        metadata={SMALLEST_TEXT_KEY: "none" if px is None else f"{px:.2f}"})
+
+
+def book_figures() -> bool:
+    """In a notebook, make every figure it shows record in its PNG the height of its smallest text
+    (:data:`SMALLEST_TEXT_KEY`), so that the rendered book can be checked for text too small to read; every
+    notebook's set-up cell calls it. False outside IPython (nothing to do).
+
+    >>> book_figures()  # a doctest runs outside IPython
+    False
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    # the inline backend registers its PNG formatter when pyplot first loads it (at the first figure, in newer
+    # matplotlib): load it now (closing no figure yet drawn), so that this formatter replaces it, not the reverse
+    plt.switch_backend(plt.get_backend())
+    shell.display_formatter.formatters["image/png"].for_type(Figure, _png)
+    return True

@@ -8,6 +8,8 @@ system is a defect, so the page must carry its own MathJax and fonts.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import re
@@ -19,10 +21,14 @@ from urllib.parse import unquote, urlsplit
 
 import nbformat
 import yaml
+from PIL import Image
+
+from dpbook.repro.plotting import SMALLEST_TEXT_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen: the page must fit it without horizontal scrolling
-MIN_FIGURE_SCALE = 0.7  # a figure shown below 70 % of its size has text too small to read (10 pt at 100 dpi -> < 10 px)
+MIN_FIGURE_SCALE = 0.7  # a static image shown below 70 % of its size has text too small to read
+MIN_TEXT_PX = 9  # a figure's smallest text, as shown (its height in the PNG times the display scale)
 MAX_VISIBLE_CODE_LINES = 30  # longer code is bookkeeping or plotting: hide it (cell tag hide-input); parameters exempt
 MIN_OPENING_CHARS = 120  # the paragraph under the title that says what the reader learns
 
@@ -33,6 +39,9 @@ _ESCAPE_CASUALTY = re.compile(
     r"|ilde|Vert|ert|arepsilon|ec|ewline)(?![A-Za-z])"
 )
 _CONTROL = re.compile(r"[\x07\x08\x0b\x0c]")
+_TEX_IN_PROSE = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]")  # a dollar, \command, \( \) \[ \]
+_ASSERT = re.compile(r"\s*assert\b")
+_FIG_NUMBER = re.compile(r"^Fig\.\s*[\d.]+\s*")
 _PIPE_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\||^\s*\|.*\|.*\|\s*$", re.M)
 
 
@@ -96,6 +105,20 @@ def colab_link(page: Page, root: Path = ROOT) -> str:
     return f"{launch['colab_url'].rstrip('/')}/github/{owner_repo}/blob/{repo.get('branch', 'main')}/{path}"
 
 
+def _image_info(url: str) -> dict:
+    """The text chunks of a PNG (``file:`` or ``data:`` URL); {} for anything that is not a readable PNG."""
+    try:
+        if url.startswith("data:"):
+            data = base64.b64decode(url.split(",", 1)[1])
+        else:
+            target = _local_target(url)
+            data = target[0].read_bytes() if target else b""
+        with Image.open(io.BytesIO(data)) as image:
+            return dict(getattr(image, "text", {}))
+    except (OSError, ValueError):
+        return {}
+
+
 @lru_cache(maxsize=None)
 def _ids(html_file: Path) -> frozenset[str]:
     text = html_file.read_text(errors="replace")
@@ -126,14 +149,15 @@ _PAGE_FACTS = r"""
       ? Array.from(MathJax.startup.document.math).map(m => m.math) : [];
   const imgs = Array.from(main.querySelectorAll('img')).map(img => {
     const fig = img.closest('figure');
-    return {src: img.getAttribute('src') || '', alt: img.getAttribute('alt') || '', complete: img.complete,
-            natural: img.naturalWidth, shown: img.getBoundingClientRect().width, visible: visible(img),
+    return {src: img.getAttribute('src') || '', url: img.src, alt: img.getAttribute('alt') || '',
+            complete: img.complete, natural: img.naturalWidth, shown: img.getBoundingClientRect().width,
+            visible: visible(img), output: !!img.closest('.cell_output'),
             caption: fig && fig.querySelector('figcaption') ? fig.querySelector('figcaption').textContent.trim() : ''};
   });
   const code = Array.from(main.querySelectorAll('div.cell_input pre, div.highlight pre'))
       .filter(pre => !pre.closest('.cell_output') && visible(pre))
       .map(pre => ({lines: pre.textContent.replace(/\n$/, '').split('\n').length,
-                    first: pre.textContent.split('\n')[0].slice(0, 80),
+                    first: pre.textContent.split('\n')[0].slice(0, 80), text: pre.textContent,
                     parameters: !!pre.closest('.tag_parameters'),
                     overflow: pre.scrollWidth - pre.clientWidth}));
   const box = main.getBoundingClientRect();
@@ -145,6 +169,28 @@ _PAGE_FACTS = r"""
     }
     return {right: t.getBoundingClientRect().right, scroller, head: t.textContent.trim().slice(0, 60)};
   });
+  // what runs past the column: a printed output cut off inside its box (it scrolls), or any output, table or
+  // display equation whose right edge lies past the column's
+  const overflowing = [];
+  for (const pre of main.querySelectorAll('.cell_output pre')) {
+    if (visible(pre) && pre.scrollWidth > pre.clientWidth + 1)
+      overflowing.push(`printed output ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box: `
+                       + JSON.stringify(pre.textContent.split('\n')[0].slice(0, 60)));
+  }
+  // (tables: see 'tables'; a figure of a cell tagged full-width is meant to reach into the margin)
+  for (const el of main.querySelectorAll('.cell_output img, mjx-container[display="true"]')) {
+    const right = el.getBoundingClientRect().right, parent = el.parentElement;
+    if (!visible(el) || el.closest('.tag_full-width')) continue;
+    if (right > box.right + 1 || parent.scrollWidth > parent.clientWidth + 1)
+      overflowing.push(`${el.tagName.toLowerCase()} reaching ${right.toFixed(0)} px (the column ends at `
+                       + `${box.right.toFixed(0)} px): ` + JSON.stringify((el.getAttribute('alt') || el.textContent
+                       || '').trim().slice(0, 60)));
+  }
+  // a table printed as text: three or more lines of a printed output with columns (two spaces or more between words)
+  const printedTables = Array.from(main.querySelectorAll('.cell_output pre')).filter(visible)
+      .filter(pre => pre.textContent.split('\n').filter(l => /\S {2,}\S/.test(l)).length >= 3)
+      .map(pre => pre.textContent.trim().split('\n')[0].slice(0, 80));
+  const captions = Array.from(main.querySelectorAll('figcaption')).map(c => c.textContent.trim());
   const h1 = main.querySelector('h1');
   let opening = '';
   if (h1) {
@@ -164,7 +210,7 @@ _PAGE_FACTS = r"""
         .map(e => e.getAttribute('data-mjx-error') || e.textContent),
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
-    imgs, code, tables, mainRight: box.right, opening,
+    imgs, code, tables, mainRight: box.right, opening, overflowing, captions, printedTables,
     pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth, pageText: main.innerText,
   };
 }
@@ -243,6 +289,7 @@ class BookBrowser:
             self._check_math(facts, add)
             self._check_text(facts, add)
             self._check_images(facts, add)
+            self._check_captions(facts, add)
             self._check_links(facts, html_file, add)
             self._check_layout(facts, add)
             if notebook is not None:
@@ -267,14 +314,9 @@ class BookBrowser:
 
     @staticmethod
     def _check_text(facts, add) -> None:
-        for text in facts["texts"]:
-            for pattern in ("$$", r"\(", r"\)", r"\[", r"\]", r"\begin{", r"\frac"):
-                if pattern in text:
-                    add("raw-math", f"TeX left in the text ({pattern}): {text.strip()[:100]!r}")
-                    break
-            else:
-                if re.search(r"\$[^\s$][^$\n]*\$", text):
-                    add("raw-math", f"$...$ left in the text: {text.strip()[:100]!r}")
+        for text in facts["texts"]:  # prose, outside code and typeset maths
+            if found := _TEX_IN_PROSE.search(text):
+                add("raw-math", f"TeX left in the text ({found.group()!r}): {text.strip()[:100]!r}")
         for marker in (str(ROOT), "site-packages"):
             if marker in facts["pageText"]:
                 at = facts["pageText"].index(marker)
@@ -294,10 +336,29 @@ class BookBrowser:
             alt = img["alt"].strip()
             if not img["caption"] and (not alt or alt == src or alt.endswith(Path(src).name)):
                 add("image-no-alt", f"image {src} has neither alt text nor a caption")
-            if img["visible"] and img["shown"] < MIN_FIGURE_SCALE * img["natural"]:
+            if img["output"] and img["visible"]:  # a figure a cell drew: its PNG says how small its text is
+                smallest = _image_info(img["url"]).get(SMALLEST_TEXT_KEY)
+                if smallest is None:
+                    add("figure-text-unknown", f"figure {src} does not record its smallest text (its notebook's "
+                                               f"set-up cell calls dpbook.repro.plotting.book_figures())")
+                elif smallest != "none" and (shown := float(smallest) * img["shown"] / img["natural"]) < MIN_TEXT_PX:
+                    add("figure-text-small", f"figure {src}: its smallest text is {shown:.1f} px high as shown "
+                                             f"({smallest} px in a {img['natural']} px image shown at "
+                                             f"{img['shown']:.0f} px); {MIN_TEXT_PX} px or more reads: larger "
+                                             f"fonts, fewer panels per row, or a narrower figure")
+            elif img["visible"] and img["shown"] < MIN_FIGURE_SCALE * img["natural"]:
                 add("figure-downscaled", f"image {src} is {img['natural']} px wide but shown at {img['shown']:.0f} px "
                                          f"({img['shown'] / img['natural']:.0%}): its text is too small to read; make "
                                          f"the figure narrower (stack the panels) or the cell full-width")
+
+    @staticmethod
+    def _check_captions(facts, add) -> None:
+        seen = set()
+        for caption in facts["captions"]:
+            text = _FIG_NUMBER.sub("", caption)
+            if text in seen:
+                add("duplicate-caption", f"two figures of the page have the caption {text[:100]!r}")
+            seen.add(text)
 
     @staticmethod
     def _check_links(facts, html_file: Path, add) -> None:
@@ -320,11 +381,22 @@ class BookBrowser:
         if facts["pageWidth"] > facts["viewWidth"] + 1:
             add("page-overflow", f"the page is {facts['pageWidth']} px wide in a {facts['viewWidth']} px window")
         for table in facts["tables"]:
-            if table["right"] > facts["mainRight"] + 1 and not table["scroller"]:
-                add("table-overflow", f"a table runs past the text column: {table['head']!r}")
+            if table["right"] > facts["mainRight"] + 1:
+                add("table-overflow", f"a table runs past the text column{' (behind a scroll bar)' * table['scroller']}"
+                                      f": make it narrower or split its columns: {table['head']!r}")
+        for first in facts["printedTables"]:
+            add("printed-table", f"a table printed as text (show it with IPython.display.Markdown and "
+                                 f"results.markdown_table): {first!r}")
+        for what in facts["overflowing"]:
+            add("output-overflow", f"cut off at the column's right edge: {what}")
         for block in facts["code"]:
             if block["overflow"] > 1:
                 add("code-overflow", f"visible code runs off the right edge: {block['first']!r}")
+            if "NBVAL_" in block["text"]:
+                add("scaffolding", f"an nbval marker in visible code (use nbval's cell tags): {block['first']!r}")
+            if (line := next((x for x in block["text"].splitlines() if _ASSERT.match(x)), None)) is not None:
+                add("bare-assert", f"an assert in visible code (move it to the library or a hidden cell, tag "
+                                   f"hide-input): {line.strip()[:80]!r}")
             if block["lines"] > MAX_VISIBLE_CODE_LINES and not block["parameters"]:
                 add("code-too-long", f"{block['lines']} lines of visible code (more than {MAX_VISIBLE_CODE_LINES}; "
                                      f"hide bookkeeping and plotting with the cell tag hide-input): {block['first']!r}")

@@ -14,6 +14,8 @@ import shutil
 import matplotlib
 import pytest
 
+from dpbook.repro.plotting import SMALLEST_TEXT_KEY
+
 from .bookcheck import ROOT, book_pages, colab_link
 
 matplotlib.use("Agg")
@@ -37,6 +39,28 @@ def _wide_png() -> str:
     fig.savefig(buf, format="png")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
+
+
+def _figure_png(smallest_text_px: float | None, width_in: float = 6) -> str:
+    """A cell's figure as a data URL: a PNG with the smallest-text record ``book_figures`` writes (None: without)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width_in, 3), dpi=100)
+    ax.plot([0, 1], [0, 1])
+    buf = io.BytesIO()
+    metadata = {} if smallest_text_px is None else {SMALLEST_TEXT_KEY: f"{smallest_text_px:.2f}"}
+    fig.savefig(buf, format="png", metadata=metadata)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _cell_output(html: str) -> str:
+    return f'<div class="cell_output docutils container"><div class="output">{html}</div></div>'
+
+
+def _figure(caption: str) -> str:
+    return (f'<figure><img alt="a figure" src="{_figure_png(12)}" style="width: 400px">'
+            f'<figcaption><p>{caption}</p></figcaption></figure>')
 
 
 def _check(browser, html, **extra):
@@ -65,7 +89,19 @@ INSERTED = {
     "page-overflow": '<div style="width: 4000px">a block wider than any window</div>',
     "machine-path": f"<pre>results under {ROOT / 'data' / 'results'}</pre>",
     "figure-downscaled": f'<img alt="a 24-inch wide figure" src="data:image/png;base64,{_wide_png()}">',
+    # a 1100 px figure with 12 px text shown 600 px wide: its text reads 6.5 px high
+    "figure-text-small": _cell_output(f'<img alt="a figure" src="{_figure_png(12, 11)}" style="width: 600px">'),
+    "figure-text-unknown": _cell_output(f'<img alt="a figure" src="{_figure_png(None)}">'),
+    "output-overflow": _cell_output('<pre>' + "  ".join(f"column{i}" for i in range(40)) + "</pre>"),
+    "table-overflow": ('<div style="overflow-x: auto"><table><tr>'
+                       + "".join(f"<td>column{i}</td>" for i in range(40)) + "</tr></table></div>"),
+    "printed-table": _cell_output("<pre>epsilon  sigma\n1.0      2.1\n2.0      1.2\n4.0      0.8</pre>"),
+    "scaffolding": '<div class="cell_input"><div class="highlight"><pre># NBVAL_CHECK_OUTPUT\nx = 1</pre></div></div>',
+    "bare-assert": '<div class="cell_input"><div class="highlight"><pre>x = 1\nassert x == 1</pre></div></div>',
+    "duplicate-caption": _figure("Fig. 1.8 Accuracy against epochs.") + _figure("Fig. 1.9 Accuracy against epochs."),
 }
+# TeX in prose, every form: a lone dollar, a command, an inline or display delimiter, a $$ pair, a $...$ pair
+RAW_TEX = [r"costs $5 with", r"where \sigma is", r"the ratio \(a/b\) is", r"\[ x \]", "$$x^2$$", "$x$ alone"]
 
 
 @pytest.mark.parametrize("kind", sorted(INSERTED))
@@ -78,6 +114,28 @@ def test_a_broken_page_is_caught(kind, browser, book_copy):
     broken.write_text(intact[:end] + INSERTED[kind] + intact[end:])
     assert kind not in _check(browser, page), f"the intact page already has a {kind} defect"
     assert kind in _check(browser, broken), f"a page with a {kind} defect passed the check"
+
+
+@pytest.mark.parametrize("text", RAW_TEX)
+def test_tex_left_in_prose_is_caught(text, browser, book_copy):
+    page = PAGE.html(book_copy)
+    intact = page.read_text()
+    end = intact.rindex("</section>", 0, intact.index("</article>"))
+    broken = page.with_name("broken_tex.html")
+    broken.write_text(intact[:end] + f"<p>Prose: {text} here.</p>" + intact[end:])
+    assert "raw-math" in _check(browser, broken), f"TeX {text!r} left in prose passed the check"
+
+
+def test_a_display_equation_wider_than_the_column_is_caught(browser, book_copy):
+    """A display formula MathJax typesets wider than the column (the audit chapter's lost its end)."""
+    page = PAGE.html(book_copy)
+    intact = page.read_text()
+    end = intact.rindex("</section>", 0, intact.index("</article>"))
+    wide = "+".join(f"x_{{{i}}}" for i in range(120))
+    broken = page.with_name("broken_equation.html")
+    broken.write_text(intact[:end] + f'<div class="math notranslate nohighlight">\\[{wide}\\]</div>'
+                      + intact[end:])
+    assert "output-overflow" in _check(browser, broken)
 
 
 def test_missing_mathjax_is_caught(browser, book_copy, tmp_path):
