@@ -85,14 +85,16 @@ def check_cost_table(study, cells, output, record):
     assert "No dry-run record yet" in dry_run.cost_table(study, output.parent / "absent")
 
 
-def test_the_filling_note_counts_the_cells_and_prices_those_without_results(tmp_path):
+def test_the_status_counts_the_cells_and_prices_those_without_results(tmp_path):
     chapter = dry_run.reproduction("psasc", cells=[["mnist", "dpsgd"], ["mnist", "psasc"]], batch_size=2,
                                    device="cpu", results_dir=str(tmp_path / "results"))
     output = dry_run.record_path("psasc", "cpu", tmp_path)
-    dry_run.dry_run(chapter, steps=1, warmup=0, cells=chapter.selected[:1], output=output)
-    note = dry_run.filling_note(chapter, "psasc", tmp_path)
-    assert "Cells with results: 0 of 2 selected." in note and "(devices: none yet)" in note
-    assert "What filling the other 2 takes" in note and "(1 of 2 measured)" in note and "GPU: not measured" in note
+    record = dry_run.dry_run(chapter, steps=1, warmup=0, cells=chapter.selected[:1], output=output)
+    text = dry_run.status(chapter, "psasc", tmp_path)
+    assert "**Cells with results: 0 of 2.**" in text and "by the device that made them: none yet" in text
+    cell = record["cells"][json.dumps(list(chapter.selected[0]))]
+    hours = dry_run._hours(cell["runs"] * cell["steps_per_run"] * record["combinations"][cell["combination"]]["step_s"])
+    assert f"| III | 2 | 0 | {hours} (1 of 2 cells) | not measured |" in text
 
 
 def test_shape_data_has_the_real_shapes_classes_and_N_without_holding_them():

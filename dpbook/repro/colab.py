@@ -29,6 +29,12 @@ import torch
 #: The book's repository (also ``repository.url`` in ``_config.yml``; a test keeps the two equal).
 REPOSITORY = "https://github.com/dpbook/dpbook"
 
+#: The first code cell of every notebook (tag ``remove-cell``: it matters on Colab and under papermill, not in the
+#: rendered book): on Colab it clones the repository and installs dpbook, everywhere it prints
+#: :func:`runtime_summary` and calls :func:`dpbook.repro.plotting.book_figures` and
+#: :func:`dpbook.repro.params.record_cells`. ``tools/stamp_cells.py`` writes it into every notebook.
+#:
+#: :meta hide-value:
 SETUP_CELL = f"""\
 # Setup. On Colab: clone the book's repository and install dpbook (Colab's torch is kept). Elsewhere: nothing.
 # A fork: set DPBOOK_REPOSITORY to its address (%env DPBOOK_REPOSITORY=...); DPBOOK_ROOT moves the clone.

@@ -34,7 +34,7 @@ from __future__ import annotations
 __all__ = [
     "check_device",
     "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "record_path", "combination", "return_freed_memory",
-    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "filling_note", "main"
+    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "status", "main"
 ]
 
 import argparse
@@ -311,29 +311,38 @@ def _read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def filling_note(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
-    """The note under a chapter's tables: how many selected cells have results and which devices their files came
-    from, and what filling the others takes by the dry run's measurements (``root``'s records of ``study``)."""
-    empty = [cell for cell, summary in chapter.summaries.items() if not summary["values"]]
+def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
+    """Where a reproduction chapter stands, for the top of its page: how many of the cells its tables show
+    (:meth:`Chapter.shown_cells`) have results and which devices their result files came from, then one row per
+    table of the paper: its cells, those with results, and what filling the others takes on a CPU and on a GPU,
+    projected by the dry run (``root``'s records of ``study``: every cell's runs × steps × measured step)."""
+    records = {name: _read(record_path(study, kind, root)) for kind, name in (("cpu", "CPU"), ("cuda", "GPU"))}
+    tables: dict[str, dict] = {}
+    for cell in chapter.shown_cells():
+        row = tables.setdefault(chapter.table_of(cell), {"table": chapter.table_of(cell), "cells": 0, "done": 0,
+                                                         "empty": []})
+        row["cells"] += 1
+        if chapter.summary(cell)["values"]:
+            row["done"] += 1
+        else:
+            row["empty"].append(json.dumps(list(cell)))
+    for row in tables.values():
+        for name, record in records.items():
+            projected = [t for t in (_projected(record, key) for key in row["empty"]) if t is not None]
+            row[name] = ("nothing left" if not row["empty"] else "not measured" if not projected else _hours(
+                sum(projected)) + ("" if len(projected) == len(row["empty"]) else
+                                   f" ({len(projected)} of {len(row['empty'])} cells)"))
     devices = collections.Counter(r["device"] for r in results.load_results(study, root=chapter.results,
                                                                             smoke=chapter.smoke))
-    came = "; ".join(f"{device}: {n} file(s)" for device, n in devices.most_common()) or "none yet"
-    shown = results.shown_path(chapter.results / study)
-    text = (f"**Cells with results: {len(chapter.selected) - len(empty)} of {len(chapter.selected)} selected.** Their "
-            f"result files: `{shown}/` (devices: {came}).")
-    if not empty:
-        return text
-    costs = []
-    for kind, name in (("cpu", "CPU"), ("cuda", "GPU")):
-        record = _read(record_path(study, kind, root))
-        projected = [_projected(record, json.dumps(list(cell))) for cell in empty]
-        measured = [s for s in projected if s is not None]
-        costs.append(f"{name}: {_hours(sum(measured))} ({len(measured)} of {len(empty)} measured)" if measured
-                     else f"{name}: not measured")
-    return (text + f" **What filling the other {len(empty)} takes**, projected by the dry run "
-            f"(`{study}_cpu.json` and `{study}_cuda.json` under `data/results/dry_run/analysis/`: every cell's runs, "
-            f"steps and step time): {'; '.join(costs)}. The chapter's run mode fills a cell: its parameters with "
-            '`mode = "run"` (papermill\'s `-p mode run`; "Running the reproductions").')
+    came = ", ".join(f"{device}: {n}" for device, n in devices.most_common()) or "none yet"
+    done, total = sum(r["done"] for r in tables.values()), sum(r["cells"] for r in tables.values())
+    text = (f"**Cells with results: {done} of {total}.** Result files in `{results.shown_path(chapter.results / study)}"
+            f"/`, by the device that made them: {came}. What filling the rest takes is projected by the dry run "
+            f"(`{study}_cpu.json` and `{study}_cuda.json` under `data/results/dry_run/analysis/`); the chapter's run "
+            'mode fills cells (`mode = "run"`, "Running the reproductions").\n\n')
+    return text + results.markdown_table(
+        list(tables.values()), ["table", "cells", "done", "CPU", "GPU"],
+        ["table", "cells", "with results", "the rest on a CPU", "the rest on a GPU"])
 
 
 def reproduction(study: str, **parameters) -> Chapter:

@@ -36,6 +36,8 @@ from dpbook.checks import did_you_mean
 
 #: The cell every notebook runs right after its ``parameters`` cell (and papermill's injected one); it stays out of
 #: the rendered book (tag ``remove-cell``). ``tools/stamp_cells.py`` writes it, ``tests/test_colab.py`` checks it.
+#:
+#: :meta hide-value:
 CHECK_CELL = (
     "# The parameters, checked: papermill's -p text becomes each default's type (or the annotation's),\n"
     "# and a misspelt name stops the run here.\n"

@@ -113,6 +113,11 @@ class Chapter(abc.ABC):
         """The paper's table that shows ``cell``."""
         return ""
 
+    def shown_cells(self) -> list[Hashable]:
+        """The cells the chapter's page shows in its tables: the :attr:`selected` ones (a chapter whose tables show
+        every cell of the paper, selected or not, says so)."""
+        return self.selected
+
     @classmethod
     def every_table(cls, **parameters) -> "Chapter":
         """The chapter with every cell of every table of the paper selected (its defaults, unless overridden)."""
@@ -210,11 +215,17 @@ class Chapter(abc.ABC):
         return rows
 
     def table(self) -> str:
-        """The selected cells, paper vs reproduced, under the :meth:`caption`."""
+        """The selected cells, paper vs reproduced, under the :meth:`caption`; while no cell has results, compactly:
+        the paper's value and the cell's status, one short line per cell."""
         rows = self.compared(self.selected)
         names = list(dict.fromkeys(k for cell in self.selected for k in self.label(cell)))
+        done = sum(row["n"] > 0 for row in rows)
+        if not done:
+            return (self.caption() + f"*No cell has results yet (0 of {len(rows)}): the paper's values.*\n\n"
+                    + results.markdown_table(rows, [*names, "paper", "status"], [*names, "paper (%)", "status"])
+                    + reproduce.stand_in_note(self.stand_ins))
         details = list(dict.fromkeys(k for row in rows for k in self.details(row["cell"], self.summary(row["cell"]))))
-        return self.caption() + results.markdown_table(
+        return self.caption() + f"*Cells with results: {done} of {len(rows)}.*\n\n" + results.markdown_table(
             rows, [*names, "paper", "reproduced", "difference", "status", *details],
             [*names, "paper (%)", "reproduced (%)", "difference", "status", *details]) + reproduce.stand_in_note(
             self.stand_ins)

@@ -370,30 +370,38 @@ class Reproduction(Chapter):
                 + results.markdown_table(rows, ["model", "method", "G", "paper", "measured"],
                                          ["model", "method", "G", "paper: one run × G", "ours: one run × G"]))
 
+    def shown_cells(self) -> list[Cell]:
+        """Every cell of every table: the page shows them all, selected or not."""
+        return [c for t in TABLES for c in table_cells(t)]
+
     def table_text(self, t: str) -> str:
-        """Table ``t`` as the paper lays it out, every cell reading "paper → ours, Δ"."""
+        """Table ``t`` as the paper lays it out: a cell with results reads "paper → ours, Δ", one without reads the
+        paper's value alone, one that cannot run "paper → unreachable (k)" with reason k under the table."""
         compared = self.compared(table_cells(t))
-        rows = {}
+        rows, reasons = {}, {}
         for row in compared:
             c, summary = row["cell"], self.summary(row["cell"])
             line = rows.setdefault((c.model, c.dataset, c.epsilon), {
                 "model": MODEL_NAMES[c.model], "dataset": self.dataset_names[c.dataset], "epsilon": f"{c.epsilon:g}"})
             paper_text = f"**{row['paper']}**" if self.paper_row(c).get("bold") else row["paper"]
             if summary["status"].startswith("unreachable"):
-                ours = "unreachable: " + summary["reason"].splitlines()[0][:90]
+                k = reasons.setdefault(summary["reason"].splitlines()[0], len(reasons) + 1)
+                line[c.method] = f"{paper_text} → unreachable ({k})"
             elif row["n"] == 0:
-                ours = "not run yet"
+                line[c.method] = paper_text
             else:
                 partial = " (partial)" if summary["status"] != "done" else ""
-                ours = f"{row['reproduced']}, Δ {row['difference']}{partial}"
-            line[c.method] = f"{paper_text} → {ours}"
+                line[c.method] = f"{paper_text} → {row['reproduced']}, Δ {row['difference']}{partial}"
         table_methods = list(dict.fromkeys(row["cell"].method for row in compared))
         done = sum(row["n"] > 0 for row in compared)
         header = (f"**Table {t}.** {paper_table(t)['title']} Protocol `{PROTOCOL[t]}`, optimizer `{OPTIMIZER[t]}`. "
-                  f"Cells with results: {done} of {len(compared)}.\n\n")
+                  f"*Cells with results: {done} of {len(compared)}*" + (
+                      "; the others show the paper's value alone.\n\n" if done < len(compared) else ".\n\n"))
+        notes = "".join(f"\n\n({k}) {reason}" for reason, k in reasons.items())
         return header + results.markdown_table(
             list(rows.values()), ["model", "dataset", "epsilon", *table_methods],
-            ["model", "dataset", "ε", *[LABELS[m] for m in table_methods]]) + reproduce.stand_in_note(self.stand_ins)
+            ["model", "dataset", "ε", *[LABELS[m] for m in table_methods]]) + notes + reproduce.stand_in_note(
+            self.stand_ins)
 
     def selected_detail(self, only_with_results: bool) -> str | None:
         """The selected cells with status, chosen hyperparameters, sigma and sigma_H (None when there is none)."""

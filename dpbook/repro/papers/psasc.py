@@ -195,23 +195,28 @@ class Reproduction(Chapter):
     # -- what the chapter shows ------------------------------------------------------------------------------------
 
     def settings_table(self) -> str:
-        """Table II's settings of the selected benchmarks, what they imply (T, q, sigma) and each method's lrs."""
-        rows = []
+        """Table II's settings of the selected benchmarks in two tables that fit the page: what they imply (T, q,
+        sigma), then the weights' constants and each method's learning-rate grid (lowest–highest (points))."""
+        settings_rows, method_rows = [], []
         for dataset in dict.fromkeys(d for d, _ in self.cells):
             st, base = settings()[dataset], self.base_of(dataset, "dpsgd")
             plan = reproduce.plan(base, 1)
-            row = {"benchmark": f"{dataset} ({st['model']})", "N": f"{st['N']} / {reproduce.training_size(base)}",
-                   "B": base.batch_size, "epochs": base.epochs, "T": plan.steps, "q": f"{plan.sample_rate:.5f}",
-                   "C": f"{st['C']:g}", "r": f"{st['r']:g}", "s": f"{self.s_of(dataset):g}",
-                   "budget": f"({st['epsilon']:g}, {st['delta']:g})", "sigma": f"{plan.sigma:.4f}"}
+            name = f"{dataset} ({st['model']})"
+            settings_rows.append({"benchmark": name, "N": f"{st['N']} / {reproduce.training_size(base)}",
+                                  "B": base.batch_size, "epochs": base.epochs, "T": plan.steps,
+                                  "q": f"{plan.sample_rate:.5f}", "budget": f"({st['epsilon']:g}, {st['delta']:g})",
+                                  "sigma": f"{plan.sigma:.4f}"})
+            row = {"benchmark": name, "C": f"{st['C']:g}", "r": f"{st['r']:g}", "s": f"{self.s_of(dataset):g}"}
             for method in LABELS:
                 lrs = sorted({point["lr"] for point in self.spec((dataset, method))[1]})
-                row[method] = ", ".join(f"{lr:.3g}" for lr in lrs)
-            rows.append(row)
+                row[method] = f"{lrs[0]:.3g}" if len(lrs) == 1 else f"{lrs[0]:.3g}–{lrs[-1]:.3g} ({len(lrs)})"
+            method_rows.append(row)
         return results.markdown_table(
-            rows, ["benchmark", "N", "B", "epochs", "T", "q", "C", "r", "s", "budget", "sigma", *LABELS],
-            ["benchmark (model)", "N (Table II / used)", "B", "epochs", "T (steps)", "q", "C", "r", "s (Table III)",
-             "(ε, δ)", "σ", *(f"lr {LABELS[m]}" for m in LABELS)])
+            settings_rows, ["benchmark", "N", "B", "epochs", "T", "q", "budget", "sigma"],
+            ["benchmark (model)", "N (Table II / used)", "B", "epochs", "T (steps)", "q", "(ε, δ)", "σ"],
+        ) + "\n\n" + results.markdown_table(
+            method_rows, ["benchmark", "C", "r", "s", *LABELS],
+            ["benchmark (model)", "C", "r", "s (Table III)", *(f"lr {LABELS[m]}" for m in LABELS)])
 
     def curves(self, dataset: str) -> tuple[dict, dict]:
         """Per method: the chosen point's per-epoch test accuracy (a row per re-run), and (eta_eff, final accuracy)
