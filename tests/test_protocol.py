@@ -49,9 +49,11 @@ def columns(line: str) -> list[str]:
 
 
 def chapter_cell(namespace: dict, capsys) -> str:
-    """Run the page's notebook cell; what it printed."""
+    """Run the page's notebook cell; what it printed and displayed (the Markdown of its table)."""
+    shown = []
+    namespace.update(Markdown=lambda text: text, display=shown.append)
     run(blocks("python")[3], namespace)
-    return capsys.readouterr().out
+    return capsys.readouterr().out + "\n".join(shown)
 
 
 def test_a_toy_paper_trains_shows_paper_vs_reproduced_and_resumes(toy, capsys):
@@ -60,9 +62,9 @@ def test_a_toy_paper_trains_shows_paper_vs_reproduced_and_resumes(toy, capsys):
     assert toy["failed"] == [] and "run mode: 2 round(s); 0 run(s) failed" in out
     table = chapter.table()
     assert table in out
-    lines, shown = table.splitlines(), blocks("text")[0].splitlines()
-    assert lines[:2] == shown[:2] and len(lines) == len(shown) == 2 + len(chapter.selected)
-    for cell, line, page_line in zip(chapter.selected, lines[2:], shown[2:]):
+    lines, shown = table.splitlines(), blocks("text")[0].splitlines()  # the status line, a blank line, the table
+    assert lines[:4] == shown[:4] and len(lines) == len(shown) == 4 + len(chapter.selected)
+    for cell, line, page_line in zip(chapter.selected, lines[4:], shown[4:]):
         summary = chapter.summaries[cell]
         values = [100 * results.final_metric(record) for record in summary["records"]]
         mean, std, n = results.mean_std(values)
@@ -79,3 +81,16 @@ def test_a_toy_paper_trains_shows_paper_vs_reproduced_and_resumes(toy, capsys):
 
     toy["mode"] = "render"   # a fresh chapter reads the same table back from the result files
     assert table in chapter_cell(toy, capsys) and toy["chapter"] is not chapter
+
+
+def test_one_more_seed_trains_only_the_missing_re_runs(toy, capsys):
+    """The page's third exercise: after a run mode with seeds = 2, seeds = 3 trains one run per cell, seed 2 of its
+    best grid point, and nothing else."""
+    chapter_cell(toy, capsys)
+    before = set(toy["chapter"].results.glob("toy/**/*.json"))
+    toy["seeds"] = 3
+    chapter_cell(toy, capsys)
+    chapter = toy["chapter"]
+    added = set(chapter.results.glob("toy/**/*.json")) - before
+    assert chapter.seeds == 3 and len(added) == len(chapter.selected)
+    assert {results.read_result(path)["experiment"]["seed"] for path in added} == {2}
