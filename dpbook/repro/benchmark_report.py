@@ -17,8 +17,9 @@ from __future__ import annotations
 
 __all__ = [
     "Cells", "WORDS", "cells", "status_line", "values", "accuracy_table", "unreachable",
-    "chosen_table", "plot_accuracy", "plot_tuning_cost", "verdict", "Claim", "judge", "versus_baseline",
-    "against", "identical_seeds", "histogram_noise", "setting_noise"
+    "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "verdict", "Claim", "judge", "versus_baseline",
+    "against", "identical_counts", "identical_seeds", "identical_table", "histogram_noise", "histogram_noise_table",
+    "setting_noise"
 ]
 
 from dataclasses import dataclass, field
@@ -86,18 +87,36 @@ def unreachable(the_cells: Cells) -> dict[str, list[str]]:
     return reasons
 
 
+def varied(grid: Sequence[Mapping]) -> list[str]:
+    """The hyperparameters a grid varies, in the order of its points (those it holds fixed say nothing about a
+    choice).
+
+    >>> varied([{"C": 1, "r": 0.01, "s": 0.3}, {"C": 1, "r": 0.01, "s": 0.8}])
+    ['s']
+    """
+    keys = dict.fromkeys(k for point in grid for k in point)
+    return [k for k in keys if len({repr(point.get(k)) for point in grid}) > 1]
+
+
+def _value_text(value) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[str],
                  epsilons: Sequence[float]) -> str:
-    """The best grid point of each tuned method at each epsilon under "none" (the point re-trained)."""
+    """The best grid point of each tuned method at each epsilon under "none" (the point re-trained): a row per
+    hyperparameter the method's grid varies (:func:`varied`; the grid holds the others fixed), a column per
+    epsilon, so that the table stays narrow however many hyperparameters a method has."""
+    columns = [f"eps={e:g}" for e in epsilons]
     rows = []
     for m in (m for m in methods if len(grids[m]) > 1):
-        row = {"method": method_label(m)}
-        for e in epsilons:
-            c = the_cells[(m, e, "none")]
-            row[f"eps={e:g}"] = (", ".join(f"{k}={v:g}" for k, v in c["chosen"][0].items()) if c["chosen"]
-                                 else c["status"])
-        rows.append(row)
-    return results.markdown_table(rows, ["method"] + [f"eps={e:g}" for e in epsilons])
+        for k in varied(grids[m]):
+            row = {"method": method_label(m), "hyperparameter": f"`{k}`"}
+            for column, e in zip(columns, epsilons):
+                c = the_cells[(m, e, "none")]
+                row[column] = _value_text(c["chosen"][0].get(k)) if c["chosen"] else c["status"]
+            rows.append(row)
+    return results.markdown_table(rows, ["method", "hyperparameter", *columns])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -266,31 +285,59 @@ def against(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float],
     return out
 
 
-def identical_seeds(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> list[str]:
-    """For each epsilon: in how many of the seeds the methods of ``group`` give exactly the same test accuracy under
-    "none" (DP-SGD, Auto-S, PSAC and PSASC coincide under Adam when every example is clipped)."""
-    lines = []
+def identical_counts(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float],
+                     seeds: int) -> dict[float, int]:
+    """epsilon -> in how many of the seeds the methods of ``group`` give exactly the same test accuracy under
+    "none" (DP-SGD, Auto-S, PSAC and PSASC coincide under Adam when every example is clipped); only the epsilons
+    where every method of the group has all its seeds."""
+    counts = {}
     for e in epsilons:
         per_method = [the_cells[(m, e, "none")]["values"] for m in group]
         if all(len(v) == seeds for v in per_method):
-            equal = sum(len({round(v[i], 9) for v in per_method}) == 1 for i in range(seeds))
-            lines.append(f"eps={e:g}: the {len(group)} methods give identical test accuracy in {equal} of {seeds} "
-                         "seeds")
-    return lines
+            counts[e] = sum(len({round(v[i], 9) for v in per_method}) == 1 for i in range(seeds))
+    return counts
+
+
+def identical_seeds(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> list[str]:
+    """:func:`identical_counts` as lines: ``"eps=1: the 4 methods give identical test accuracy in 5 of 5 seeds"``."""
+    return [f"eps={e:g}: the {len(group)} methods give identical test accuracy in {equal} of {seeds} seeds"
+            for e, equal in identical_counts(the_cells, group, epsilons, seeds).items()]
+
+
+def identical_table(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> str:
+    """:func:`identical_counts` as a Markdown table: a row per epsilon, the seeds in which the methods of ``group``
+    give identical test accuracy."""
+    rows = [{"eps": f"{e:g}", "identical": f"{equal} of {seeds}"}
+            for e, equal in identical_counts(the_cells, group, epsilons, seeds).items()]
+    names = ", ".join(method_label(m) for m in group)
+    return results.markdown_table(rows, ["eps", "identical"], ["ε", f"seeds with identical accuracy ({names})"])
+
+
+def _histogram_noise_cells(the_cells: Cells, epsilons: Sequence[float]):
+    """DC-SGD-P's charged cells that record a sigma: (protocol, epsilon, cell, sigma_H)."""
+    for protocol in ("rdp", "lt"):
+        for e in epsilons:
+            c = the_cells.get(("dcsgd-p", e, protocol))
+            if c and c["sigma"]:
+                yield protocol, e, c, run_sigma_H(c["sigma"])
 
 
 def histogram_noise(the_cells: Cells, epsilons: Sequence[float], batch_size: int, bins: int = 20) -> list[str]:
     """DC-SGD-P under the charged protocols: its runs' sigma, the histogram's sigma_H (``run_sigma_H``) against the
     examples a bin holds on average (B / b), and its accuracy."""
-    lines = []
-    for protocol in ("rdp", "lt"):
-        for e in epsilons:
-            c = the_cells.get(("dcsgd-p", e, protocol))
-            if c and c["sigma"]:
-                sH = run_sigma_H(c["sigma"])
-                lines.append(f"{protocol:3} eps={e:g}: sigma {c['sigma']:5.2f}, sigma_H {sH:5.2f} per bin against "
-                             f"{batch_size / bins:.1f} examples; accuracy {_cell_text(c)}")
-    return lines
+    return [f"{protocol:3} eps={e:g}: sigma {c['sigma']:5.2f}, sigma_H {sH:5.2f} per bin against "
+            f"{batch_size / bins:.1f} examples; accuracy {_cell_text(c)}"
+            for protocol, e, c, sH in _histogram_noise_cells(the_cells, epsilons)]
+
+
+def histogram_noise_table(the_cells: Cells, epsilons: Sequence[float], batch_size: int, bins: int = 20) -> str:
+    """:func:`histogram_noise` as a Markdown table: a row per charged protocol and epsilon."""
+    rows = [{"protocol": protocol, "eps": f"{e:g}", "sigma": f"{c['sigma']:.2f}", "sigma_H": f"{sH:.2f}",
+             "per bin": f"{batch_size / bins:.1f}", "accuracy": _cell_text(c)}
+            for protocol, e, c, sH in _histogram_noise_cells(the_cells, epsilons)]
+    return results.markdown_table(rows, ["protocol", "eps", "sigma", "sigma_H", "per bin", "accuracy"],
+                                  ["protocol", "ε", r"$\sigma$ of each run", r"$\sigma_H$ per bin",
+                                   "examples per bin ($B/b$)", "test accuracy (%)"])
 
 
 # ----------------------------------------------------------------------------------------------------------------
