@@ -1,25 +1,27 @@
 r"""Privacy accounting: epsilon of a training run, noise calibration, and the noise splits of the book's methods.
 
 Every method in the book releases, at each step, a Poisson-subsampled Gaussian mechanism: each example joins
-the batch with probability ``q`` (the sample rate), a sum with per-example L2 sensitivity 1 (after rescaling)
-gets Gaussian noise of standard deviation ``sigma`` (the noise multiplier). After ``T`` such steps the run is
-(epsilon, delta)-DP. Two accountants turn ``(sigma, q, T, delta)`` into epsilon, both from Opacus:
+the batch with probability :math:`q` (the sample rate), a sum with per-example L2 sensitivity 1 (after rescaling)
+gets Gaussian noise of standard deviation :math:`\sigma` (the noise multiplier). After :math:`T` such steps the run
+is :math:`(\varepsilon, \delta)`-DP. Two accountants turn :math:`(\sigma, q, T, \delta)` into :math:`\varepsilon`,
+both from Opacus:
 
 - ``"rdp"``: Renyi DP of the subsampled Gaussian (Mironov, Talwar & Zhang 2019, Sec. 3.3), summed over steps,
-  converted to (epsilon, delta) with Balle et al. 2020, Thm. 21, minimised over the orders alpha. The grid starts
-  as Opacus's {1.1, 1.2, ..., 10.9, 12, ..., 63} and grows (up to alpha = 65,536, down to 1.01) until the best
-  order is interior (:func:`rdp_optimum`): at small delta (a tuning protocol's 1e-17) or large noise the best order
-  is far above 63, where Opacus's grid gives a loose bound. Where Opacus's grid holds the optimum the answer is
+  converted to :math:`(\varepsilon, \delta)` with Balle et al. 2020, Thm. 21, minimised over the orders
+  :math:`\alpha`. The grid starts as Opacus's :math:`\{1.1, 1.2, \ldots, 10.9, 12, \ldots, 63\}` and grows (up to
+  :math:`\alpha = 65{,}536`, down to 1.01) until the best order is interior (:func:`rdp_optimum`): at small
+  :math:`\delta` (a tuning protocol's :math:`10^{-17}`) or large noise the best order is far above 63, where
+  Opacus's grid gives a loose bound. Where Opacus's grid holds the optimum the answer is
   Opacus's, digit for digit. An optimum at the grown grid's end is refused with an error, never hidden. This is
   what most papers report (DC-SGD and DPDR use it).
 - ``"prv"``: numerical composition of privacy loss random variables (Gopi, Lee & Wutschitz 2021). Tighter; it
   returns Opacus's upper estimate, about ``eps_error = 0.01`` above the point estimate.
 
-Google's independent ``dp_accounting`` agrees (``tests/test_accounting.py``): its PLD accountant sits about 0.01
-below our PRV; its RDP accountant agrees with ours to ~1e-13 where the best order is an integer and is up to ~0.4%
-higher where it is fractional, because it bounds the series for A_alpha by its absolute values where Opacus sums
-it exactly. Noise calibrated here agrees with a calibration under Google's RDP accountant (wide order list) to 1 %
-on the DC-SGD paper's settings, tuning protocols included.
+Google's independent ``dp_accounting`` agrees (``tests/test_accounting.py``): its PLD accountant sits about 0.01 below
+our PRV; its RDP accountant agrees with ours to ~1e-13 where the best order is an integer and is up to ~0.4% higher
+where it is fractional, because it bounds the series for :math:`A_\alpha` by its absolute values where Opacus sums it
+exactly. Noise calibrated here agrees with a calibration under Google's RDP accountant (wide order list) to 1 % on the
+DC-SGD paper's settings, tuning protocols included.
 
 A history is a list of segments ``(noise_multiplier, sample_rate, steps)``, the format Opacus accountants
 keep in their ``history`` attribute; heterogeneous histories (e.g. DPDR's schedule) compose exactly.
@@ -120,7 +122,8 @@ HIGH_ORDER_CHUNKS: tuple[tuple[int, ...], ...] = (
     *(tuple(sorted({int(round(a)) for a in np.geomspace(lo + 1, 4 * lo, 140)}))
       for lo in (256, 1024, 4096, 16384)),
 )
-#: The largest order evaluated. An optimum there means epsilon < log(1/delta)/MAX_ORDER: the accountant refuses.
+#: The largest order evaluated. An optimum there means :math:`\varepsilon < \log(1/\delta)/\alpha_{\max}`, with
+#: :math:`\alpha_{\max}` = ``MAX_ORDER``: the accountant refuses.
 MAX_ORDER: int = HIGH_ORDER_CHUNKS[-1][-1]
 
 
@@ -304,18 +307,20 @@ def _epsilon_checked(history: list[Segment], delta: float, accountant: str) -> f
 
 def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
             accountant: str = "rdp") -> float:
-    r"""Epsilon after ``steps`` Poisson-subsampled Gaussian releases, each (sigma, q), at the given delta.
+    r""":math:`\varepsilon` after ``steps`` Poisson-subsampled Gaussian releases, each :math:`(\sigma, q)`, at the given
+    :math:`\delta`.
 
     Args:
-        noise_multiplier: sigma, noise standard deviation over the L2 sensitivity; >= 0 (0 gives ``math.inf``).
-        sample_rate: q = B/N, the Poisson sampling probability, in (0, 1].
-        steps: T, the number of releases; an integer >= 0 (0 gives 0.0).
-        delta: in (0, 1).
+        noise_multiplier: :math:`\sigma`, noise standard deviation over the L2 sensitivity; >= 0 (0 gives
+            ``math.inf``).
+        sample_rate: :math:`q = B/N`, the Poisson sampling probability, in (0, 1].
+        steps: :math:`T`, the number of releases; an integer >= 0 (0 gives 0.0).
+        delta: :math:`\delta`, in (0, 1).
         accountant: ``"rdp"`` (Renyi DP, orders grown until the optimum is interior) or ``"prv"`` (numerical,
             tighter).
 
     The RDP orders grow past Opacus's 63 until the best one is interior (:func:`rdp_optimum`); an optimum at the
-    grown grid's end (alpha = 65,536 or 1.01) raises a ValueError instead of returning a loose bound.
+    grown grid's end (:math:`\alpha = 65{,}536` or 1.01) raises a ValueError instead of returning a loose bound.
 
     >>> round(epsilon(noise_multiplier=1.5, sample_rate=0.04, steps=2250, delta=1e-5), 4)
     7.3291
@@ -332,14 +337,16 @@ def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
 def epsilon_of_history(history: Iterable[Sequence], delta: float, accountant: str = "rdp") -> float:
     r"""Epsilon of a heterogeneous composition: ``history`` is a sequence of ``(sigma, q, steps)`` segments.
 
-    Under RDP the segments' Renyi divergences add order by order before the conversion to (epsilon, delta);
-    under PRV their privacy loss distributions are convolved. Either way the segments are composed jointly,
-    which is tighter than adding their epsilons. An empty history costs 0.0; any segment with sigma = 0 and
-    steps > 0 makes the whole run ``math.inf``.
+    Under RDP the segments' Renyi divergences add order by order before the conversion to
+    :math:`(\varepsilon, \delta)`; under PRV their privacy loss distributions are convolved. Either way the segments
+    are composed jointly, which is tighter than adding their epsilons. An empty history costs 0.0; any segment with
+    :math:`\sigma = 0` and steps > 0 makes the whole run ``math.inf``.
 
-    Example: DPDR (Table 2, MNIST at epsilon 3) runs 1 DP-SGD step at sigma_g, s - 1 = 49 decomposition steps
-    whose two releases on the same batch compose to ``sigma_eff(sigma_perp, sigma_alpha)``, then DP-SGD again.
-    sigma_g alone meets epsilon 3; the 49 steps at sigma_eff(0.81, 2.0) = 0.75 push the run slightly past it.
+    Example: DPDR (Table 2, MNIST at :math:`\varepsilon = 3`) runs 1 DP-SGD step at :math:`\sigma_g`,
+    :math:`s - 1 = 49` decomposition steps whose two releases on the same batch compose to
+    :math:`\sigma_{\mathrm{eff}}(\sigma_\perp, \sigma_\alpha)`, then DP-SGD again. :math:`\sigma_g` alone meets
+    :math:`\varepsilon = 3`; the 49 steps at :math:`\sigma_{\mathrm{eff}}(0.81, 2.0) = 0.75` push the run slightly
+    past it.
 
     >>> q, T = 256 / 60000, 4700
     >>> round(epsilon(0.803, q, T, delta=1e-5), 2)
@@ -365,17 +372,18 @@ def calibrate(epsilon_at: Callable[[float], float], target_epsilon: float, *, ep
               fix: str = "") -> float:
     r"""The one noise calibration of the library: the smallest x with ``epsilon_at(x) <= target_epsilon``.
 
-    ``epsilon_at(x)`` is the epsilon of a whole run's (composed) history in which some noise multipliers are x or
-    scale with it: plain DP-SGD's ``(x, q, T)`` (:func:`noise_multiplier`), DPDR's DP-SGD steps at sigma_g beside
-    its GDR steps (:func:`dpbook.methods.dpdr.calibrate_sigma_g`), DIFF2's difference steps at x and its restarts
-    at a multiple of it. It must decrease as x grows.
+    ``epsilon_at(x)`` is the epsilon of a whole run's (composed) history in which some noise multipliers are x or scale
+    with it: plain DP-SGD's ``(x, q, T)`` (:func:`noise_multiplier`), DPDR's DP-SGD steps at :math:`\sigma_g` beside its
+    GDR steps (:func:`dpbook.methods.dpdr.calibrate_sigma_g`), DIFF2's difference steps at x and its restarts at a
+    multiple of it. It must decrease as x grows.
 
-    The search is Opacus's ``get_noise_multiplier`` bisection, so that plain DP-SGD matches Opacus digit for digit:
-    the bracket ``(0, 20]`` (0 is "no noise", epsilon = inf) whose upper end doubles while it spends too much, then
-    halved intervals keeping the upper end. Opacus stops as soon as ``target_epsilon - epsilon_tolerance <=
-    epsilon_at(x)``; where epsilon is steep in x that already pins x. Where it is flat (small delta, as in a tuning
-    protocol's per-run budget) Opacus's rule stops at a coarse bracket point (3.4375, 5.0, 7.5, ...); the search
-    here goes on until the bracket is also ``sigma_tolerance`` narrow (relative). The result x satisfies
+    The search is Opacus's ``get_noise_multiplier`` bisection, so that plain DP-SGD matches Opacus digit for digit: the
+    bracket ``(0, 20]`` (0 is "no noise", :math:`\varepsilon = \infty`) whose upper end doubles while it spends too
+    much, then halved intervals keeping the upper end. Opacus stops as soon as
+    ``target_epsilon - epsilon_tolerance <= epsilon_at(x)``; where :math:`\varepsilon` is steep in :math:`x` that
+    already pins :math:`x`. Where it is flat (small :math:`\delta`, as in a tuning protocol's per-run budget) Opacus's
+    rule stops at a coarse bracket point (3.4375, 5.0, 7.5, ...); the search here goes on until the bracket is also
+    ``sigma_tolerance`` narrow (relative). The result x satisfies
     ``target_epsilon - epsilon_tolerance <= epsilon_at(x) <= target_epsilon``.
 
     >>> q, T = 0.01, 1000
@@ -414,26 +422,29 @@ def calibrate(epsilon_at: Callable[[float], float], target_epsilon: float, *, ep
 def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: float, steps: int,
                      accountant: str = "rdp", epsilon_tolerance: float = 0.01,
                      sigma_tolerance: float = 1e-2) -> float:
-    r"""The smallest sigma whose ``steps`` releases at rate q stay within target_epsilon, to both tolerances.
+    r"""The smallest :math:`\sigma` whose ``steps`` releases at rate :math:`q` stay within ``target_epsilon``, to both
+    tolerances.
 
     :func:`calibrate` on ``epsilon(sigma, q, steps, target_delta)``: the result is Opacus's
-    ``make_private_with_epsilon`` sigma digit for digit where epsilon is steep in sigma, and within
-    ``sigma_tolerance`` of the smallest sigma that fits where it is flat. The probes use :func:`rdp_optimum`'s
-    grown order grid, and the answer is refused unless its optimal order is interior.
+    ``make_private_with_epsilon`` :math:`\sigma` digit for digit where :math:`\varepsilon` is steep in :math:`\sigma`,
+    and within ``sigma_tolerance`` of the smallest :math:`\sigma` that fits where it is flat. The probes use
+    :func:`rdp_optimum`'s grown order grid, and the answer is refused unless its optimal order is interior.
 
     Args:
         target_epsilon: finite, > 0.
         target_delta: in (0, 1).
-        sample_rate: q, in (0, 1].
-        steps: T, an integer >= 1.
+        sample_rate: :math:`q`, in (0, 1].
+        steps: :math:`T`, an integer >= 1.
         accountant: ``"rdp"`` or ``"prv"``.
-        epsilon_tolerance: how far below the target the returned sigma's epsilon may be; finite, > 0.
+        epsilon_tolerance: how far below the target the returned :math:`\sigma`'s :math:`\varepsilon` may be;
+            finite, > 0.
         sigma_tolerance: the bracket's final relative width; finite, > 0.
 
     Raises:
-        ValueError: on bad input, or when even sigma = ``MAX_NOISE_MULTIPLIER`` exceeds the target.
+        ValueError: on bad input, or when even ``sigma = MAX_NOISE_MULTIPLIER`` exceeds the target.
 
-    DPDR's Table 2 gives sigma_g = 0.803 for MNIST (B = 256, N = 60000, 20 epochs) at epsilon 3:
+    DPDR's Table 2 gives :math:`\sigma_g = 0.803` for MNIST (:math:`B = 256`, :math:`N = 60000`, 20 epochs) at
+    :math:`\varepsilon = 3`:
 
     >>> round(noise_multiplier(target_epsilon=3, target_delta=1e-5, sample_rate=256 / 60000, steps=4700), 3)
     0.803
@@ -508,7 +519,7 @@ class PrivacyLedger:
 
     @property
     def steps(self) -> int:
-        """Total number of recorded steps, T."""
+        """Total number of recorded steps, :math:`T`."""
         return sum(t for _, _, t in self.history)
 
     def epsilon(self, delta: float, accountant: str = "rdp") -> float:
@@ -545,11 +556,12 @@ class PrivacyLedger:
 # solve sigma_eff(sigma_main, sigma_side) = sigma for sigma_main, so that the run costs what DP-SGD at sigma costs.
 
 def sigma_T(sigma: float, sigma_H: float) -> float:
-    r"""DC-SGD's gradient noise multiplier: sigma_T = (sigma^-2 - sigma_H^-2)^(-1/2) (DC-SGD, Eq. (5)).
+    r"""DC-SGD's gradient noise multiplier: :math:`\sigma_T = (\sigma^{-2} - \sigma_H^{-2})^{-1/2}` (DC-SGD, Eq. (5)).
 
-    The gradient (multiplier sigma_T) and the noisy histogram of gradient norms (multiplier sigma_H, sensitivity
-    1) are released on the same batch; together they cost exactly DP-SGD at sigma. Requires
-    ``sigma_H > sigma > 0`` (``sigma_H = inf``, no histogram, gives ``sigma``).
+    The gradient (multiplier :math:`\sigma_T`) and the noisy histogram of gradient norms (multiplier
+    :math:`\sigma_H`, sensitivity 1) are released on the same batch; together they cost exactly DP-SGD at
+    :math:`\sigma`. Requires :math:`\sigma_H > \sigma > 0` (:math:`\sigma_H = \infty`, no histogram, gives
+    :math:`\sigma`).
 
     >>> round(sigma_T(4.0, 5.0), 6)  # (1/16 - 1/25)^(-1/2) = 20/3
     6.666667
@@ -564,12 +576,12 @@ def sigma_T(sigma: float, sigma_H: float) -> float:
 
 
 def sigma_delta(sigma: float, sigma_b: float) -> float:
-    r"""Andrew et al.'s gradient noise multiplier: sigma_Delta = (sigma^-2 - (2 sigma_b)^-2)^(-1/2).
+    r"""Andrew et al.'s gradient noise multiplier: :math:`\sigma_\Delta = (\sigma^{-2} - (2\sigma_b)^{-2})^{-1/2}`.
 
     Andrew, Thakkar, McMahan & Ramaswamy, "Differentially private learning with adaptive clipping" (NeurIPS
-    2021), Sec. 3: the clipped-count estimate for the quantile update has sensitivity 1/2 and noise std sigma_b,
-    i.e. noise multiplier 2 sigma_b; the gradient gets sigma_Delta so the pair costs DP-SGD at sigma. Requires
-    ``2 * sigma_b > sigma > 0``.
+    2021), Sec. 3: the clipped-count estimate for the quantile update has sensitivity 1/2 and noise std
+    :math:`\sigma_b`, i.e. noise multiplier :math:`2\sigma_b`; the gradient gets :math:`\sigma_\Delta` so the pair
+    costs DP-SGD at :math:`\sigma`. Requires :math:`2\sigma_b > \sigma > 0`.
 
     >>> round(sigma_delta(3.0, 2.5), 12)  # (1/9 - 1/25)^(-1/2) = 15/4
     3.75
@@ -585,13 +597,14 @@ def sigma_delta(sigma: float, sigma_b: float) -> float:
 
 
 def sigma_eff(*sigmas: float) -> float:
-    r"""Noise multiplier of several Gaussian releases on the same batch: (sum_i sigma_i^-2)^(-1/2).
+    r"""Noise multiplier of several Gaussian releases on the same batch:
+    :math:`\sigma_{\mathrm{eff}} = \big(\sum_i\sigma_i^{-2}\big)^{-1/2}`.
 
-    Privacy hygiene rule 4 (reading DPDR-13): the two decomposition releases (sigma_perp, sigma_alpha) share one
-    Poisson batch, so they are one subsampled Gaussian mechanism at sigma_eff, not two independent ones. It inverts
-    the splits: ``sigma_eff(sigma_T(s, h), h) == s`` and ``sigma_eff(sigma_delta(s, b), 2 * b) == s``. A sigma_i of
-    0 gives 0 (no privacy); ``math.inf`` (nothing released) contributes nothing; a single release gives its own
-    multiplier exactly.
+    Privacy hygiene rule 4 (reading DPDR-13): the two decomposition releases :math:`(\sigma_\perp, \sigma_\alpha)`
+    share one Poisson batch, so they are one subsampled Gaussian mechanism at :math:`\sigma_{\mathrm{eff}}`, not two
+    independent ones. It inverts the splits: ``sigma_eff(sigma_T(s, h), h) == s`` and
+    ``sigma_eff(sigma_delta(s, b), 2 * b) == s``. A :math:`\sigma_i` of 0 gives 0 (no privacy); ``math.inf``
+    (nothing released) contributes nothing; a single release gives its own multiplier exactly.
 
     >>> sigma_eff(3.0, 4.0)  # (1/9 + 1/16)^(-1/2) = 12/5
     2.4

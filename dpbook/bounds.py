@@ -3,14 +3,15 @@ r"""Convergence bounds of the three papers as code: every term of every theorem,
 Each function evaluates one theorem (or one numbered equation) at its named quantities and returns a
 :class:`BoundTerms` whose fields are the theorem's terms and whose ``total`` is their sum:
 
-- ``optimisation``: the term of plain SGD, ``(L(theta_1) - L_*) / (T eta)``;
-- ``second_moment``: the step-size term ``L eta E||g_bar||^2`` of the smoothness step (0 where a paper has none);
+- ``optimisation``: the term of plain SGD, :math:`(\mathcal L(\theta_1) - \mathcal L^*)/(T\eta)`;
+- ``second_moment``: the step-size term :math:`L\eta\,\mathbb E\lVert\bar g\rVert^2` of the smoothness step (0 where
+  a paper has none);
 - ``noise``: the term of the DP Gaussian noise;
-- ``clipping_bias``: the term that does not vanish with ``T`` (clipping, or in DP-PSASC the sampling bias).
+- ``clipping_bias``: the term that does not vanish with :math:`T` (clipping, or in DP-PSASC the sampling bias).
 
-The papers leave constants unspecified (``L``, ``G``, ``c_1``, ``c_2``, the loss gap, the constants hidden in
-``O(.)``); here they are explicit keyword arguments, never defaults hidden inside a formula. Inputs outside a
-theorem's conditions raise a ``ValueError`` (via :mod:`dpbook.checks`).
+The papers leave constants unspecified (:math:`L`, :math:`G`, :math:`c_1`, :math:`c_2`, the loss gap, the constants
+hidden in :math:`O(\cdot)`); here they are explicit keyword arguments, never defaults hidden inside a formula. Inputs
+outside a theorem's conditions raise a ``ValueError`` (via :mod:`dpbook.checks`).
 
 Ids in brackets (``[DCSGD-n]``, ``[DPDR-n]``, ``[PSASC-n]``) cite the book's chapter *Readings of the papers*
 (``book/readings.md``); every docstring says which reading is implemented.
@@ -79,11 +80,11 @@ def _mean(value) -> float:
 
 # ------------------------------------------------------------------------------------------------ DC-SGD
 def dcsgd_sigma(T: int, *, q: float, epsilon: float, delta: float, c1: float, c2: float) -> float:
-    r"""The noise multiplier of DC-SGD's Theorem 3: ``sigma = c_2 q sqrt(T ln(1/delta)) / epsilon``.
+    r"""The noise multiplier of DC-SGD's Theorem 3: :math:`\sigma = c_2q\sqrt{T\ln(1/\delta)}/\varepsilon`.
 
-    The theorem holds "for any ``epsilon < c_1 gamma^2 T``"; we read ``gamma`` as the sampling rate ``q``
-    [DCSGD-21], so ``epsilon >= c_1 q^2 T`` is an error. ``c_1`` and ``c_2`` are the unspecified constants of the
-    moments accountant (Abadi et al.); pass them explicitly.
+    The theorem holds "for any :math:`\varepsilon < c_1\gamma^2T`"; we read :math:`\gamma` as the sampling rate
+    :math:`q` [DCSGD-21], so :math:`\varepsilon \ge c_1q^2T` is an error. :math:`c_1` and :math:`c_2` (``c1``,
+    ``c2``) are the unspecified constants of the moments accountant (Abadi et al.); pass them explicitly.
 
     >>> round(dcsgd_sigma(1000, q=0.01, epsilon=0.05, delta=1e-5, c1=1.0, c2=1.0), 4)  # 0.01*sqrt(1000 ln 1e5)/0.05
     21.4597
@@ -136,17 +137,20 @@ def dcsgd_p_theorem3(T: int, eta: float, C, *, p: float, sigma: float, d: int, B
        \frac{\Delta}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2
        +\frac{L\eta\sigma^2d}{B^2T}\sum_tC_t^2+\frac1T\sum_t\lVert g_t\rVert\,(1-p)\,G
 
-    - ``C``: the thresholds ``C_t`` (a number, constant over steps, or a sequence of length ``T``).
-    - ``loss_gap``: ``Delta = E L(theta_1) - E L(theta_{T+1})`` (at most ``L(theta_1) - L_*``, Assumption 3).
-    - ``full_grad_norms``: ``||g_t|| = ||grad L(theta_t)||`` per step; default ``G`` (Eq. 22's bound).
-    - ``grad_second_moments``: ``E||g_bar_t||^2`` per step; default ``G^2`` (Eq. 22's bound).
+    - ``C``: the thresholds :math:`C_t` (a number, constant over steps, or a sequence of length :math:`T`).
+    - ``loss_gap``: :math:`\Delta = \mathbb E\,\mathcal L(\theta_1) - \mathbb E\,\mathcal L(\theta_{T+1})` (at most
+      :math:`\mathcal L(\theta_1) - \mathcal L^*`, Assumption 3).
+    - ``full_grad_norms``: :math:`\lVert g_t\rVert = \lVert\nabla\mathcal L(\theta_t)\rVert` per step; default
+      :math:`G` (Eq. 22's bound).
+    - ``grad_second_moments``: :math:`\mathbb E\lVert\bar g_t\rVert^2` per step; default :math:`G^2` (Eq. 22's
+      bound).
     - ``sigma_H``: ``None`` (default) is the paper's reading, an exact histogram whose privacy cost is
-      ignored, so the gradient's multiplier is ``sigma`` (Appendix B; the theorem's text says
-      "``sigma_H = sigma``" [DCSGD-20]). A number uses the library's split ``sigma_T = (sigma^-2 - sigma_H^-2)^-1/2``
-      and requires ``sigma_H > sigma``.
+      ignored, so the gradient's multiplier is :math:`\sigma` (Appendix B; the theorem's text says
+      ":math:`\sigma_H = \sigma`" [DCSGD-20]). A number uses the library's split
+      :math:`\sigma_T = (\sigma^{-2} - \sigma_H^{-2})^{-1/2}` and requires :math:`\sigma_H > \sigma`.
 
-    The noise is divided by ``B`` (Eq. 14; the definition in Appendix B omits it [DCSGD-24]); the clipped
-    fraction is ``P(C_t) = 1 - p`` (exact histogram, Eq. 18); ``sum_{i=1..N}`` [DCSGD-27].
+    The noise is divided by :math:`B` (Eq. 14; the definition in Appendix B omits it [DCSGD-24]); the clipped
+    fraction is :math:`P(C_t) = 1 - p` (exact histogram, Eq. 18); :math:`\sum_{i=1}^N` [DCSGD-27].
 
     >>> b = dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G=1.0, loss_gap=2.0)
     >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]
@@ -171,9 +175,10 @@ def dcsgd_theorem3_eq22(T: int, eta: float, *, N: int, B: float, epsilon: float,
 
     .. math:: \le\frac{\Delta}{T\eta}+L\eta G^2+\frac{L\,T\eta\,d\ln(1/\delta)\,c_2^2G^2}{N^2\epsilon^2}+\text{bias}
 
-    with ``sigma = c_2 q sqrt(T ln(1/delta))/epsilon``, ``q = B/N`` (so ``sigma^2/B^2 = c_2^2 T ln(1/delta)/(N^2
-    epsilon^2)``) and ``C_t <= G``. The paper prints ``v^2`` for ``c_2^2`` [DCSGD-23]. Bias: ``(1-p) G^2`` for P
-    (give ``p``), ``G^2`` for E (``p=None``, Eq. 25). Requires ``epsilon < c_1 q^2 T`` [DCSGD-21].
+    with :math:`\sigma = c_2q\sqrt{T\ln(1/\delta)}/\varepsilon`, :math:`q = B/N` (so
+    :math:`\sigma^2/B^2 = c_2^2T\ln(1/\delta)/(N^2\varepsilon^2)`) and :math:`C_t \le G`. The paper prints
+    :math:`v^2` for :math:`c_2^2` [DCSGD-23]. Bias: :math:`(1-p)G^2` for P (give ``p``), :math:`G^2` for E
+    (``p=None``, Eq. 25). Requires :math:`\varepsilon < c_1q^2T` [DCSGD-21].
 
     >>> b = dcsgd_theorem3_eq22(100, 0.1, N=1000, B=100, epsilon=0.5, delta=math.exp(-2), d=50, L=1.0, G=1.0,
     ...                         loss_gap=1.0, c1=1.0, c2=1.0, p=0.5)
@@ -202,12 +207,14 @@ class Balanced(NamedTuple):
 
 
 def dcsgd_balanced(*, N: int, epsilon: float, delta: float, d: int) -> Balanced:
-    r"""The balanced choice of Eq. 23: ``eta = sqrt(d ln(1/delta))/(N epsilon)``, ``T eta = N epsilon/sqrt(d
-    ln(1/delta))``, hence ``T = N^2 epsilon^2/(d ln(1/delta))``; with unit constants the three ``O`` terms of
-    Eq. 22 then all equal ``rate = sqrt(d ln(1/delta))/(N epsilon)`` (the bound is ``O(rate) + bias``, Eq. 23/26;
-    Appendix C's "eta = 1/sqrt(T)" does not give this rate [DCSGD-25], so we use the main text's choice for E too).
+    r"""The balanced choice of Eq. 23: :math:`\eta = \sqrt{d\ln(1/\delta)}/(N\varepsilon)`,
+    :math:`T\eta = N\varepsilon/\sqrt{d\ln(1/\delta)}`, hence :math:`T = N^2\varepsilon^2/(d\ln(1/\delta))`; with unit
+    constants the three :math:`O` terms of Eq. 22 then all equal
+    :math:`\mathrm{rate} = \sqrt{d\ln(1/\delta)}/(N\varepsilon)` (the bound is :math:`O(\mathrm{rate})` + bias,
+    Eq. 23/26; Appendix C's ":math:`\eta = 1/\sqrt T`" does not give this rate [DCSGD-25], so we use the main text's
+    choice for E too).
 
-    ``T`` is returned as a real number; round it to steps yourself.
+    :math:`T` is returned as a real number; round it to steps yourself.
 
     >>> bal = dcsgd_balanced(N=60000, epsilon=1.0, delta=math.exp(-4), d=100)
     >>> round(bal.rate, 8), round(bal.T, 3), round(bal.T * bal.eta, 3)  # sqrt(400)/60000; 60000^2/400; 60000/20
@@ -228,9 +235,10 @@ def dcsgd_e_eq10(T: int, eta: float, C, *, sigma: float, d: int, B: float, L: fl
     .. math:: \le\frac{\Delta}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2+\frac1T\sum_t\Big(
        L\eta\frac{\sigma^2C_t^2d}{B^2}+\frac1N\sum_iG\max(\lVert g_{t,i}\rVert-C_t,0)\Big)
 
-    ``grad_norms``: the per-sample norms ``||g_{t,i}||``, shape ``(N,)`` (the same at every step) or ``(T, N)``;
-    each must be ``<= G`` (Assumption 2). ``None`` bounds every excess by ``G`` (Eq. 25: bias ``G^2``).
-    The paper's intermediate line of Eq. 24 misplaces the ``t``-sum [DCSGD-26]; we sum bias and variance inside it.
+    ``grad_norms``: the per-sample norms :math:`\lVert g_{t,i}\rVert`, shape ``(N,)`` (the same at every step) or
+    ``(T, N)``; each must be :math:`\le G` (Assumption 2). ``None`` bounds every excess by :math:`G` (Eq. 25: bias
+    :math:`G^2`). The paper's intermediate line of Eq. 24 misplaces the :math:`t`-sum [DCSGD-26]; we sum bias and
+    variance inside it.
     Other arguments as in :func:`dcsgd_p_theorem3`.
 
     >>> b = dcsgd_e_eq10(10, 0.1, 1.0, sigma=2.0, d=4, B=4, L=1.0, G=3.0, loss_gap=1.0, grad_norms=[0.5, 2.0, 3.0])
@@ -266,12 +274,15 @@ def _dpdr_common(T, gamma, loss0, rho, d, C_perp, sigma_perp):
 
 def dpdr_lemma2(T: int, gamma: float, *, loss0: float, rho: float, d: int, C_perp: float, sigma_perp: float,
                 c: float) -> BoundTerms:
-    r"""DPDR, Lemma 2 (no clipping ever active): ``E||grad L||^2 <= L(w_0)/(gamma T) + O(rho gamma d C_perp^2
-    sigma_perp^2)``.
+    r"""DPDR, Lemma 2 (no clipping ever active):
 
-    Readings: the left-hand side is the average over ``t = 1..T``; ``L(w_0)`` stands for ``L(w_0) - L_*``
-    (``L >= 0``); the ``alpha`` noise ``m C_alpha^2 sigma_alpha^2`` is absorbed because ``m << d``. ``c`` is the
-    constant hidden in ``O(.)`` (unspecified by the paper; pass it). No clipping term: ``clipping_bias = 0``.
+    .. math:: \mathbb E\lVert\nabla\mathcal L\rVert^2 \le \frac{\mathcal L(w_0)}{\gamma T}
+       + O\big(\rho\gamma dC_\perp^2\sigma_\perp^2\big)
+
+    Readings: the left-hand side is the average over :math:`t = 1, \ldots, T`; :math:`\mathcal L(w_0)` stands for
+    :math:`\mathcal L(w_0) - \mathcal L^*` (:math:`\mathcal L \ge 0`); the :math:`\alpha` noise
+    :math:`mC_\alpha^2\sigma_\alpha^2` is absorbed because :math:`m \ll d`. ``c`` is the constant hidden in
+    :math:`O(\cdot)` (unspecified by the paper; pass it). No clipping term: ``clipping_bias = 0``.
 
     >>> b = dpdr_lemma2(100, 0.01, loss0=2.0, rho=1.0, d=1000, C_perp=0.1, sigma_perp=2.0, c=1.0)
     >>> round(b.optimisation, 6), round(b.noise, 6), b.clipping_bias  # 2/1; 0.01*1000*0.01*4
@@ -291,15 +302,17 @@ def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d
        +2C_\alpha^2+mC_\alpha^2\sigma_\alpha^2\big)+\frac{15}{4T}\sum_t\big(C_\perp\tau_{\perp,t}\sqrt{P_{\perp,t}}
        +C_\alpha\tau_{\alpha,t}\sqrt{P_{\alpha,t}}\big),\qquad\gamma'=B\gamma.
 
-    Terms: ``second_moment = rho gamma'/2 (2 C_perp^2 + 2 C_alpha^2)``; ``noise = rho gamma'/2 (d C_perp^2
-    sigma_perp^2 + m C_alpha^2 sigma_alpha^2)``; ``clipping_bias`` the ``15/4`` term. ``P_perp``, ``P_alpha`` are
-    the probabilities that clipping is *active* (the theorem's convention; the appendix uses the complement and
-    the printed ``P_parallel`` has ``grad L_perp`` inside [DPDR-17]); they and ``tau_*`` may be numbers (stationary)
-    or sequences of length ``T``. ``C_parallel`` is ``C_alpha``.
+    Terms: ``second_moment`` :math:`= \frac{\rho\gamma'}2(2C_\perp^2 + 2C_\alpha^2)`; ``noise``
+    :math:`= \frac{\rho\gamma'}2(dC_\perp^2\sigma_\perp^2 + mC_\alpha^2\sigma_\alpha^2)`; ``clipping_bias`` the
+    :math:`15/4` term. ``P_perp``, ``P_alpha`` (:math:`P_\perp`, :math:`P_\alpha`) are the probabilities that
+    clipping is *active* (the theorem's convention; the appendix uses the complement and the printed
+    :math:`P_\parallel` has :math:`\nabla\mathcal L_\perp` inside [DPDR-17]); they and ``tau_*`` may be numbers
+    (stationary) or sequences of length :math:`T`. :math:`C_\parallel` is :math:`C_\alpha`.
 
     ``noise_reading``: ``"printed"`` uses the constants as printed; ``"per_batch"`` divides the noise terms by
-    ``B^2`` as the appendix's second-moment bound does (``d C_perp^2 sigma_perp^2 / B^2``), the inconsistency
-    flagged as [DPDR-19] (whose leading ``C`` are read as ``C^2``). ``m`` must satisfy ``1 <= m <= d``.
+    :math:`B^2` as the appendix's second-moment bound does (:math:`dC_\perp^2\sigma_\perp^2/B^2`), the inconsistency
+    flagged as [DPDR-19] (whose leading :math:`C` are read as :math:`C^2`). :math:`m` must satisfy
+    :math:`1 \le m \le d`.
 
     >>> b = dpdr_theorem2(10, 0.1, B=2, loss0=1.0, rho=1.0, d=100, m=1, C_perp=1.0, C_alpha=2.0, sigma_perp=1.0,
     ...                   sigma_alpha=1.0, tau_perp=1.0, tau_alpha=0.5, P_perp=0.25, P_alpha=0.0)
@@ -331,10 +344,11 @@ def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d
 
 
 def dpdr_clip_probability(C: float, *, mean_norm: float, tau: float, d: int) -> float:
-    r"""A model of the clipping probability of Theorem 2: ``P(C) = Pr[||mu + xi|| >= C]`` with ``||mu|| =
-    mean_norm`` and ``xi ~ N(0, tau^2/d I_d)`` (so ``E||xi||^2 = tau^2``), i.e. the tail of a non-central
-    chi-square: ``1 - F_{chi'^2_d}(C^2 d/tau^2; lambda = mean_norm^2 d/tau^2)``. Not in the paper: a derived
-    plotting model of this book; the paper itself leaves ``P`` as a measured quantity.
+    r"""A model of the clipping probability of Theorem 2: :math:`P(C) = \Pr[\lVert\mu + \xi\rVert \ge C]` with
+    :math:`\lVert\mu\rVert` = ``mean_norm`` and :math:`\xi \sim \mathcal N(0, (\tau^2/d)I_d)` (so
+    :math:`\mathbb E\lVert\xi\rVert^2 = \tau^2`), i.e. the tail of a non-central chi-square:
+    :math:`1 - F_{\chi'^2_d}(C^2d/\tau^2;\ \lambda = \lVert\mu\rVert^2d/\tau^2)`. Not in the paper: a derived plotting
+    model of this book; the paper itself leaves :math:`P` as a measured quantity.
 
     >>> round(dpdr_clip_probability(1e-9, mean_norm=1.0, tau=1.0, d=10), 6)
     1.0
@@ -364,10 +378,11 @@ def _psasc_eta_args(T, s, F0, beta, sigma, d, k_hat):
 
 def psasc_theorem2_step_size(T: int, *, s: float, F0: float, beta: float, sigma: float, d: int,
                              k_hat: int = 0) -> float:
-    r"""DP-PSASC Theorem 2's step size ``eta = sqrt(2 s^2 F(w_khat) / (beta (T - khat)(2 + sigma^2 d)))``.
+    r"""DP-PSASC Theorem 2's step size
+    :math:`\eta = \sqrt{2s^2F(w_{\hat k})/\big(\beta(T - \hat k)(2 + \sigma^2d)\big)}`.
 
-    ``k_hat`` is never defined by the paper [PSASC-21]; ``k_hat = 0`` (the default, written out) starts the
-    analysis at the first step. ``F0`` reads ``F(w_khat)`` as ``F(w_khat) - F^*``.
+    :math:`\hat k` (``k_hat``) is never defined by the paper [PSASC-21]; ``k_hat = 0`` (the default, written out)
+    starts the analysis at the first step. ``F0`` reads :math:`F(w_{\hat k})` as :math:`F(w_{\hat k}) - F^*`.
 
     >>> round(psasc_theorem2_step_size(100, s=1.0, F0=1.0, beta=1.0, sigma=1.0, d=98), 6)  # sqrt(2/(100*100))
     0.014142
@@ -380,12 +395,12 @@ def psasc_theorem2_leading_term(T: int, *, s: float, F0: float, beta: float, sig
                                 k_hat: int = 0) -> BoundTerms:
     r"""The leading term of DP-PSASC Theorem 2 *inferred* from its step size (not printed in the paper).
 
-    The printed ``eta`` minimises ``F0/(eta (T - khat)) + beta eta V/2`` with ``V = (2 + sigma^2 d)/s^2``; at that
-    ``eta`` both terms equal ``sqrt(beta F0 V / (2 (T - khat)))``, and their sum is
-    ``sqrt(2 beta F0 (2 + sigma^2 d) / (s^2 (T - khat)))`` ``∝ T^{-1/2}/s``. Returned as ``optimisation`` (the
-    ``F0`` term) and ``noise`` (the ``beta eta V/2`` term, which holds the DP noise ``sigma^2 d``). The
-    ``tau`` (sampling-bias) term is not stated in a form that can be evaluated; it is left out here (see
-    :func:`psasc_theorem2_rate`). ``B`` does not appear, as in the paper [PSASC-22].
+    The printed :math:`\eta` minimises :math:`F_0/(\eta(T - \hat k)) + \beta\eta V/2` with
+    :math:`V = (2 + \sigma^2d)/s^2`; at that :math:`\eta` both terms equal :math:`\sqrt{\beta F_0V/(2(T - \hat k))}`,
+    and their sum is :math:`\sqrt{2\beta F_0(2 + \sigma^2d)/(s^2(T - \hat k))} \propto T^{-1/2}/s`. Returned as
+    ``optimisation`` (the :math:`F_0` term) and ``noise`` (the :math:`\beta\eta V/2` term, which holds the DP noise
+    :math:`\sigma^2d`). The :math:`\tau` (sampling-bias) term is not stated in a form that can be evaluated; it is
+    left out here (see :func:`psasc_theorem2_rate`). :math:`B` does not appear, as in the paper [PSASC-22].
 
     >>> b = psasc_theorem2_leading_term(100, s=1.0, F0=1.0, beta=1.0, sigma=1.0, d=98)
     >>> round(b.optimisation, 6), round(b.noise, 6), round(b.total, 6)  # each sqrt(1*1*100/(2*100)); sum sqrt(2)
@@ -400,8 +415,9 @@ def psasc_theorem2_leading_term(T: int, *, s: float, F0: float, beta: float, sig
 
 
 def psasc_theorem2_rate(T: float, *, tau: float, c_opt: float = 1.0, c_tau: float = 1.0) -> BoundTerms:
-    r"""DP-PSASC Theorem 2's rate ``O(T^{-1/2} + tau)`` with explicit constants: ``optimisation = c_opt T^{-1/2}``,
-    ``clipping_bias = c_tau tau`` (the paper: "the bias introduced by SGD sampling", which does not vanish).
+    r"""DP-PSASC Theorem 2's rate :math:`O(T^{-1/2} + \tau)` with explicit constants: ``optimisation``
+    :math:`= c_{\mathrm{opt}}T^{-1/2}`, ``clipping_bias`` :math:`= c_\tau\tau` (the paper: "the bias introduced by
+    SGD sampling", which does not vanish).
     A rate illustration: the paper gives no constants [PSASC-21]; the defaults 1 are the "unit constants" of the
     book's plots.
 
@@ -422,10 +438,10 @@ class PSASCSchedules(NamedTuple):
 
 def psasc_theorem3_schedules(T: float, *, c_r: float = 1.0, c_s: float = 1.0, c_gamma: float = 1.0,
                              c_eta: float = 1.0) -> PSASCSchedules:
-    r"""The schedules of DP-PSASC Theorem 3 (momentum): ``r = c_r T^{-1/2}``, ``s = c_s T^{-1/4}``,
-    ``gamma = c_gamma T^{-1/4}``, ``eta = c_eta T^{-3/4}``; the constants are ours (the paper writes ``O(.)``).
-    ``gamma`` is Algorithm 2's single EMA weight (its mapping to Algorithm 3's ``gamma_0, gamma_1, K_0`` is
-    unclear [PSASC-13]); it must stay in ``(0, 1]``.
+    r"""The schedules of DP-PSASC Theorem 3 (momentum): :math:`r = c_rT^{-1/2}`, :math:`s = c_sT^{-1/4}`,
+    :math:`\gamma = c_\gamma T^{-1/4}`, :math:`\eta = c_\eta T^{-3/4}`; the constants are ours (the paper writes
+    :math:`O(\cdot)`). :math:`\gamma` is Algorithm 2's single EMA weight (its mapping to Algorithm 3's
+    :math:`\gamma_0, \gamma_1, K_0` is unclear [PSASC-13]); it must stay in :math:`(0, 1]`.
 
     >>> psasc_theorem3_schedules(10_000)
     PSASCSchedules(r=0.01, s=0.1, gamma=0.1, eta=0.001)
@@ -438,8 +454,8 @@ def psasc_theorem3_schedules(T: float, *, c_r: float = 1.0, c_s: float = 1.0, c_
 
 
 def psasc_theorem3_rate(T: float, *, c: float = 1.0) -> BoundTerms:
-    r"""DP-PSASC Theorem 3's rate ``O(T^{-1/4})`` (momentum removes the sampling bias): ``optimisation = c
-    T^{-1/4}``, no constant term. A rate illustration with a chosen constant ``c``.
+    r"""DP-PSASC Theorem 3's rate :math:`O(T^{-1/4})` (momentum removes the sampling bias): ``optimisation``
+    :math:`= cT^{-1/4}`, no constant term. A rate illustration with a chosen constant ``c``.
 
     >>> psasc_theorem3_rate(10_000).total
     0.1
@@ -448,12 +464,14 @@ def psasc_theorem3_rate(T: float, *, c: float = 1.0) -> BoundTerms:
 
 
 def psasc_crossover_T(tau: float) -> float:
-    r"""The ``T`` beyond which ``T^{-1/4}`` (Theorem 3) is below ``T^{-1/2} + tau`` (Theorem 2), unit constants.
+    r"""The :math:`T` beyond which :math:`T^{-1/4}` (Theorem 3) is below :math:`T^{-1/2} + \tau` (Theorem 2), unit
+    constants.
 
-    With ``u = T^{-1/4}``, ``T^{-1/4} < T^{-1/2} + tau`` iff ``u - u^2 < tau``; the large-``T`` root is
-    ``u = (1 - sqrt(1 - 4 tau))/2``, so ``T = u^{-4}``. For ``tau >= 1/4``, ``T^{-1/4}`` is never above (up to
-    equality at ``tau = 1/4``, ``T = 16``), and the answer is ``1``. (For ``tau < 1/4`` there is also a tiny window
-    ``T < ((1 + sqrt(1 - 4 tau))/2)^{-4}`` near ``T = 1``, ignored here.)
+    With :math:`u = T^{-1/4}`, :math:`T^{-1/4} < T^{-1/2} + \tau` iff :math:`u - u^2 < \tau`; the large-:math:`T` root
+    is :math:`u = (1 - \sqrt{1 - 4\tau})/2`, so :math:`T = u^{-4}`. For :math:`\tau \ge 1/4`, :math:`T^{-1/4}` is
+    never above (up to equality at :math:`\tau = 1/4`, :math:`T = 16`), and the answer is 1. (For
+    :math:`\tau < 1/4` there is also a tiny window :math:`T < \big((1 + \sqrt{1 - 4\tau})/2\big)^{-4}` near
+    :math:`T = 1`, ignored here.)
 
     >>> round(psasc_crossover_T(0.1))
     6198

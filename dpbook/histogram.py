@@ -1,18 +1,22 @@
-"""The noisy histogram of per-sample gradient norms (DC-SGD, Algorithm 2 "BuildHistogram").
+r"""The noisy histogram of per-sample gradient norms (DC-SGD, Algorithm 2 "BuildHistogram").
 
-Every example of the batch falls into one of ``b`` bins of the range ``[0, R_t)``; norms at or above ``R_t`` go to
-the last (overflow) bin. Bin ``k < b - 1`` covers ``[k R_t / b, (k + 1) R_t / b)``, the last bin
-``[(b - 1) R_t / b, inf)``:
+Every example of the batch falls into one of :math:`b` bins of the range :math:`[0, R_t)`; norms at or above
+:math:`R_t` go to the last (overflow) bin. Bin :math:`k < b - 1` covers :math:`[kR_t/b, (k + 1)R_t/b)`, the last
+bin :math:`[(b - 1)R_t/b, \infty)`:
 
-    index(G_i) = min(b - 1, floor(b * G_i / R_t))        (Alg. 2 l.5; the paper prints max(n - 1, ...) [DCSGD-7])
-    H_t[k]     = #{ i in B_t : index(G_i) = k }
-    H~_t       = H_t + N(0, sigma_H^2 I_b)               (Alg. 2 l.6; sensitivity 1, noise never scaled by data)
+.. math::
+
+    \mathrm{index}(G_i) &= \min\big(b - 1, \lfloor bG_i/R_t\rfloor\big)
+        \qquad\text{(Alg. 2 l.5; the paper prints } \max(n - 1, \ldots) \text{ [DCSGD-7])},\\
+    H_t[k] &= \#\{i \in \mathcal B_t : \mathrm{index}(G_i) = k\},\\
+    \tilde H_t &= H_t + \mathcal N(0, \sigma_H^2I_b)
+        \qquad\text{(Alg. 2 l.6; sensitivity 1, noise never scaled by data)}.
 
 Adding or removing one example changes exactly one count by one, so the histogram has L2 sensitivity 1 under the
-add/remove adjacency of Poisson sampling (under replace-one it would be sqrt(2)). The noisy counts are real numbers
-and may be negative; the threshold rules of :mod:`dpbook.methods.dcsgd` read them as they are [DCSGD-18].
+add/remove adjacency of Poisson sampling (under replace-one it would be :math:`\sqrt2`). The noisy counts are real
+numbers and may be negative; the threshold rules of :mod:`dpbook.methods.dcsgd` read them as they are [DCSGD-18].
 
-The representative norm of bin ``k`` is its midpoint ``m_k = (k + 1/2) R_t / b`` [DCSGD-9].
+The representative norm of bin :math:`k` is its midpoint :math:`m_k = (k + 1/2)R_t/b` [DCSGD-9].
 
 These functions need no model: the notebooks call them on synthetic norms, the DC-SGD methods on the batch's
 unclipped per-sample norms.
@@ -41,9 +45,9 @@ HISTOGRAM_SENSITIVITY = 1.0
 
 
 def bin_index(norms, R: float, b: int) -> torch.Tensor:
-    """The bin of each norm, ``min(b - 1, floor(b * G / R))`` [DCSGD-7], as int64 (computed in float64).
+    r"""The bin of each norm, :math:`\min(b - 1, \lfloor bG/R\rfloor)` [DCSGD-7], as int64 (computed in float64).
 
-    Any finite non-negative norm lands in ``{0, ..., b - 1}``: huge norms (even 1e300, whose ``b * G / R``
+    Any finite non-negative norm lands in :math:`\{0, \ldots, b - 1\}`: huge norms (even 1e300, whose ``b * G / R``
     overflows to inf) go to the overflow bin.
     """
     G = torch.as_tensor(norms).to(torch.float64)
@@ -51,27 +55,29 @@ def bin_index(norms, R: float, b: int) -> torch.Tensor:
 
 
 def build_histogram(norms, R: float, b: int) -> torch.Tensor:
-    """The exact counts ``H_t`` (float64, shape ``(b,)``, on the norms' device) of Algorithm 2, before noise."""
+    """The exact counts :math:`H_t` (float64, shape ``(b,)``, on the norms' device) of Algorithm 2, before noise."""
     G = torch.as_tensor(norms)
     return torch.bincount(bin_index(G, R, b), minlength=b).to(torch.float64)
 
 
 def noisy_histogram(H: torch.Tensor, sigma_H: float, noise: GaussianNoise) -> torch.Tensor:
-    """``H~ = H + N(0, sigma_H^2 I_b)`` (Alg. 2 l.6), the noise drawn from the engine's generator."""
+    r""":math:`\tilde H = H + \mathcal N(0, \sigma_H^2I_b)` (Alg. 2 l.6), the noise from the engine's generator."""
     H = H.to(device=noise.generator.device, dtype=torch.float64)
     return H + noise.like(H, sigma_H)
 
 
 def midpoints(R: float, b: int) -> np.ndarray:
-    """Bin midpoints ``m_k = (k + 1/2) R / b``, k = 0..b-1, the representative norms of Algorithms 3 and 4 [DCSGD-9]."""
+    r"""Bin midpoints :math:`m_k = (k + 1/2)R/b`, :math:`k = 0, \ldots, b-1`, the representative norms of Algorithms 3
+    and 4 [DCSGD-9]."""
     return (np.arange(b) + 0.5) * (R / b)
 
 
 def noisy_total(H) -> float:
-    """``S' = max(sum_k H~[k], 1)``: the private estimate of the batch size, guarded against ``S' <= 0`` [DCSGD-18].
+    r""":math:`S' = \max(\sum_k\tilde H[k], 1)`: the private estimate of the batch size, guarded against
+    :math:`S' \le 0` [DCSGD-18].
 
-    Noisy counts can sum to zero or less when the batch is (nearly) empty; the rules divide by S' (E) or compare
-    a cumulative count with ``p S'`` (P), so S' is floored at one example. This is post-processing of the
+    Noisy counts can sum to zero or less when the batch is (nearly) empty; the rules divide by :math:`S'` (E) or compare
+    a cumulative count with :math:`pS'` (P), so :math:`S'` is floored at one example. This is post-processing of the
     released histogram, hence privacy-neutral. The counts themselves are kept raw (possibly negative).
     """
     return max(float(np.sum(np.asarray(H, dtype=np.float64))), 1.0)

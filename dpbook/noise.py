@@ -26,7 +26,8 @@ class GaussianNoise:
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
-        """A tensor shaped like ``t`` with i.i.d. N(0, std^2) entries (exact zeros when std == 0)."""
+        r"""A tensor shaped like ``t`` with i.i.d. :math:`\mathcal N(0, \mathrm{std}^2)` entries (exact zeros when
+        ``std == 0``)."""
         if std == 0:
             return torch.zeros_like(t)
         return torch.randn(t.shape, generator=self.generator, device=t.device, dtype=t.dtype) * std

@@ -64,14 +64,14 @@ def released_diagnostics(method: Method) -> dict[str, float]:
 
 
 class DPOptimizer:
-    """Turns any torch optimizer into a private one driven by a :class:`~dpbook.methods.base.Method`.
+    r"""Turns any torch optimizer into a private one driven by a :class:`~dpbook.methods.base.Method`.
 
     Args:
         model: the network (no BatchNorm; frozen parameters, ``requires_grad=False``, are left untouched).
         optimizer: any ``torch.optim`` optimizer over the model's trainable parameters (SGD, momentum, Adam...).
         method: the private-step method (e.g. ``DPSGD(C=1, sigma=1.1)``).
-        sample_rate: Poisson sampling rate q = B/N, recorded by the accountant.
-        expected_batch_size: B; the noisy sum is divided by B, never by the realised batch size.
+        sample_rate: Poisson sampling rate :math:`q = B/N`, recorded by the accountant.
+        expected_batch_size: :math:`B`; the noisy sum is divided by :math:`B`, never by the realised batch size.
         loss_fn: per-example loss ``loss_fn(output, target)`` (default cross-entropy).
         micro_batch_size: physical micro-batch size (None: the logical batch at once). The result does not
             depend on it; peak memory does.
@@ -203,7 +203,7 @@ class DPOptimizer:
         return self._per_sample_checked(x, y, params)[0]
 
     def epsilon(self, delta: float, accountant: str = "rdp") -> float:
-        """Privacy spent so far, (epsilon, delta)-DP."""
+        r"""Privacy spent so far, :math:`(\varepsilon, \delta)`-DP."""
         return self.ledger.epsilon(delta, accountant=accountant)
 
     def state_dict(self) -> dict:

@@ -1,8 +1,9 @@
-"""Poisson sampling and micro-batching: the first stage of every private step.
+r"""Poisson sampling and micro-batching: the first stage of every private step.
 
-Each of the N examples joins the batch of step t independently with probability q = B/N, where B is the
-*expected* batch size. The realised size ``|B_t|`` is random and private: methods divide by B, never by ``|B_t|``,
-and an empty batch is a valid step (it still adds noise and is accounted).
+Each of the :math:`N` examples joins the batch :math:`\mathcal B_t` of step :math:`t` independently with probability
+:math:`q = B/N`, where :math:`B` is the *expected* batch size. The realised size :math:`|\mathcal B_t|` is random and
+private: methods divide by :math:`B`, never by :math:`|\mathcal B_t|`, and an empty batch is a valid step (it still
+adds noise and is accounted).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class PoissonSampler:
         return keep.nonzero().flatten()
 
     def steps_per_epoch(self) -> int:
-        """Number of steps that make one epoch in expectation, round(1/q)."""
+        r"""Number of steps that make one epoch in expectation, :math:`\mathrm{round}(1/q)`."""
         return max(1, round(1 / self.q))
 
     def state_dict(self) -> dict:

@@ -1,9 +1,9 @@
-"""Synthetic inputs for the chapters: drive a norm-based method with streams of per-sample gradient norms.
+r"""Synthetic inputs for the chapters: drive a norm-based method with streams of per-sample gradient norms.
 
-Threshold rules such as DC-SGD's histogram rules, Andrew et al.'s quantile update or Du et al.'s schedule only
-look at the per-sample norms ``||g_i||``; :func:`run_on_norms` runs them through the very protocol the engine
-uses (``bind``, ``start``, ``accumulate``, ``release``, ``advance``), with no model, so that a notebook or a test
-can feed them any stream of norms.
+Threshold rules such as DC-SGD's histogram rules, Andrew et al.'s quantile update or Du et al.'s schedule only look at
+the per-sample norms :math:`\lVert g_i\rVert`; :func:`run_on_norms` runs them through the very protocol the engine uses
+(``bind``, ``start``, ``accumulate``, ``release``, ``advance``), with no model, so that a notebook or a test can feed
+them any stream of norms.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def run_on_norms(method: Method, norm_batches: Iterable, *, d: int, expected_bat
     """Feed ``method`` one batch of norms per step; return its diagnostics after each release.
 
     ``d`` is the number of parameters the method believes it trains (DC-SGD-E's variance term uses it) and
-    ``expected_batch_size`` is B. The diagnostics are taken after the release and before ``advance``, as
+    ``expected_batch_size`` is :math:`B`. The diagnostics are taken after the release and before ``advance``, as
     :class:`dpbook.optim.DPOptimizer` does. ``noise`` defaults to a seeded :class:`GaussianNoise`.
 
         >>> from dpbook.methods import make_method

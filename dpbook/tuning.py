@@ -1,68 +1,80 @@
-r"""The privacy cost of hyperparameter tuning: per-run noise when a whole search is charged to one (epsilon, delta).
+r"""The privacy cost of hyperparameter tuning: per-run noise when a whole search is charged to one
+:math:`(\varepsilon, \delta)`.
 
-A grid search trains G candidate models on the private data and releases the best one. The selection looks at
-every candidate, so the released model is only as private as the *whole search*. DC-SGD (Wei et al., arXiv
+A grid search trains :math:`G` candidate models on the private data and releases the best one. The selection looks
+at every candidate, so the released model is only as private as the *whole search*. DC-SGD (Wei et al., arXiv
 2503.22988, Sec. II-C and VI-B, Tables II and III) charges the search to the budget in two ways, and compares with
 tuning for free (Tables IV and V). This module implements all three as *protocols*:
 
 ``"none"``
-    One run, no tuning cost: every run gets the whole (epsilon, delta). This is the protocol of Tables IV and V.
-    For G > 1 the selection of the best run is *not* covered by the guarantee.
+    One run, no tuning cost: every run gets the whole :math:`(\varepsilon, \delta)`. This is the protocol of Tables
+    IV and V. For :math:`G > 1` the selection of the best run is *not* covered by the guarantee.
 ``"rdp"``
     Sequential composition (Sec. VI-B): "the grid search involves repeatedly training G models, the privacy cost
-    for a single training can be obtained through G-composition". Every run has the same (sigma, q, T), so the
-    Renyi divergences of the G runs add up order by order. The G runs are one history of G*T subsampled Gaussian
-    steps, and sigma is calibrated so that ``epsilon(sigma, q, G*T, delta) <= epsilon``. Picking the best run
-    is post-processing of the G outputs. This is the protocol of Table III.
+    for a single training can be obtained through G-composition". Every run has the same :math:`(\sigma, q, T)`, so
+    the Renyi divergences of the :math:`G` runs add up order by order. The :math:`G` runs are one history of
+    :math:`GT` subsampled Gaussian steps, and :math:`\sigma` is calibrated so that
+    :math:`\varepsilon(\sigma, q, GT, \delta) \le \varepsilon`. Picking the best run is post-processing of the
+    :math:`G` outputs. This is the protocol of Table III.
 ``"lt"``
     Liu & Talwar's random stopping (Theorem 1 of the paper, quoted below), as the paper applies it following
-    Mohapatra et al.: delta_2 = 1e-20 and gamma = 1/(2G). Theorem 1 is inverted to get the per-run budget
-    (epsilon_1, delta_1) of :func:`per_run_budget`, and sigma is calibrated for one run at (epsilon_1, delta_1).
-    This is the protocol of Table II.
+    Mohapatra et al.: :math:`\delta_2 = 10^{-20}` and :math:`\gamma = 1/(2G)`. Theorem 1 is inverted to get the
+    per-run budget :math:`(\varepsilon_1, \delta_1)` of :func:`per_run_budget`, and :math:`\sigma` is calibrated for
+    one run at :math:`(\varepsilon_1, \delta_1)`. This is the protocol of Table II.
 
-A grid with one point (DC-SGD-E: nothing to tune, G = 1) involves no selection. Every protocol then charges it as a
-single run with the whole budget, as the paper does: "DC-SGD-E ... will only train the model once with the total
-privacy cost. Therefore, it has the same performance in both situations" (Sec. VI-B).
+A grid with one point (DC-SGD-E: nothing to tune, :math:`G = 1`) involves no selection. Every protocol then charges
+it as a single run with the whole budget, as the paper does: "DC-SGD-E ... will only train the model once with the
+total privacy cost. Therefore, it has the same performance in both situations" (Sec. VI-B).
 
 **Theorem 1 as the paper states it** (Sec. II-C, "Privacy Analysis of LT [25]"):
 
-    We consider any gamma in [0, 1] and delta_2 > 0, and define T as (1/gamma) ln(1/delta_2). Assuming that each
-    iteration of DP-SGD is (epsilon_1, delta_1)-differentially private, the LT algorithm then achieves
-    (epsilon', delta')-differential privacy. epsilon' is defined as 3 epsilon_1 + 3 sqrt(2 delta_1), and delta' is
-    calculated as 3 sqrt(2 delta_1) T + delta_2.
+    We consider any :math:`\gamma \in [0, 1]` and :math:`\delta_2 > 0`, and define :math:`T` as
+    :math:`(1/\gamma)\ln(1/\delta_2)`. Assuming that each iteration of DP-SGD is
+    :math:`(\varepsilon_1, \delta_1)`-differentially private, the LT algorithm then achieves
+    :math:`(\varepsilon', \delta')`-differential privacy. :math:`\varepsilon'` is defined as
+    :math:`3\varepsilon_1 + 3\sqrt{2\delta_1}`, and :math:`\delta'` is calculated as
+    :math:`3\sqrt{2\delta_1}\,T + \delta_2`.
 
 **How this module reads it:**
 
-1. *[DCSGD-28]* "each iteration of DP-SGD" means one full training run, i.e. one candidate. "T" is the cap on the
-   number of *runs*. It is written ``T_LT`` here (:func:`lt_max_runs`) and is unrelated to the T SGD steps of a
-   run. LT is the algorithm that repeats: draw a candidate, train it, and stop with probability gamma after each
-   run; it makes at most T_LT runs and releases the best run seen.
-2. Sec. VI-B sets delta_2 = 1e-20 and "gamma = 1/2G", read as gamma = 1/(2G), which gives the paper's "expected
-   running time of LT is 2G". The cap is then T_LT = 2G ln(1e20), about 92.1 G runs. T_LT is the real number
-   of the theorem, not rounded; the runner of :func:`grid_search` stops after floor(T_LT) runs.
-3. Inversion: set delta' = delta and epsilon' = epsilon. This gives
-   sqrt(2 delta_1) = (delta - delta_2) / (3 T_LT) and epsilon_1 = epsilon/3 - sqrt(2 delta_1).
-   (sqrt(2 delta_1) is rounded down by 1e-12, relative, so that floating-point rounding never takes the
-   recomputed delta' above delta.)
-   That is the largest per-run budget the theorem allows (``per_run_budget``).
-   For CIFAR10 at G = 10, delta_1 is about 2.6e-17 and epsilon_1 is about epsilon/3.
-4. The factor 3 in delta' = 3 sqrt(2 delta_1) T + delta_2 is the paper's. Liu & Talwar's own statement may read
-   sqrt(2 delta_1) T + delta_2 (no 3); this could not be checked offline. The paper's version asks for a smaller
-   delta_1, so it is the conservative one; it is also the statement the paper applies.
-5. Theorem 1 covers *random stopping*, not a single pass over the grid. Releasing the best of one pass over G
-   fixed candidates, each at (epsilon_1, delta_1), is not covered by it: composition only gives about
-   G epsilon_1. :func:`grid_search` therefore runs the LT algorithm itself under ``"lt"``: a uniformly random grid
-   point per iteration, a coin with probability gamma after each run, and at most floor(T_LT) runs. The number of
-   runs is random, 2G on average. The paper's time accounting (Table I: "single training x number of
-   combinations") suggests it trained each combination once. That reading is not sound under Theorem 1, so it is
-   not offered.
+1. *[DCSGD-28]* "each iteration of DP-SGD" means one full training run, i.e. one candidate. ":math:`T`" is the cap
+   on the number of *runs*. It is written :math:`T_{LT}` here (:func:`lt_max_runs`) and is unrelated to the
+   :math:`T` SGD steps of a run. LT is the algorithm that repeats: draw a candidate, train it, and stop with
+   probability :math:`\gamma` after each run; it makes at most :math:`T_{LT}` runs and releases the best run seen.
+2. Sec. VI-B sets :math:`\delta_2 = 10^{-20}` and ":math:`\gamma = 1/2G`", read as :math:`\gamma = 1/(2G)`, which
+   gives the paper's "expected running time of LT is 2G". The cap is then :math:`T_{LT} = 2G\ln(10^{20})`, about
+   :math:`92.1\,G` runs. :math:`T_{LT}` is the real number of the theorem, not rounded; the runner of
+   :func:`grid_search` stops after :math:`\lfloor T_{LT}\rfloor` runs.
+3. Inversion: set :math:`\delta' = \delta` and :math:`\varepsilon' = \varepsilon`. This gives
 
-LT's per-run delta_1 is tiny (about 1e-17 for G = 10 at delta = 1e-5), and at such a delta the best RDP order is
-large (about 80 for MNIST at epsilon = 2 and G = 10, about 200 at epsilon = 1): Opacus's orders (alpha <= 63) do not
-reach it, and an accountant limited to them overstates the noise LT needs by 20-90 % at epsilon <= 2 and declares
-epsilon = 1 unreachable. :func:`dpbook.accounting.rdp_optimum` grows the order grid until the optimum is interior: LT at
-epsilon = 1 is reachable (MNIST, G = 10: sigma about 5.1 per run). PRV cannot work at such a small delta; its error
-says so.
+   .. math::
+
+       \sqrt{2\delta_1} = \frac{\delta - \delta_2}{3T_{LT}}, \qquad
+       \varepsilon_1 = \frac{\varepsilon}{3} - \sqrt{2\delta_1}.
+
+   (:math:`\sqrt{2\delta_1}` is rounded down by :math:`10^{-12}`, relative, so that floating-point rounding never
+   takes the recomputed :math:`\delta'` above :math:`\delta`.)
+   That is the largest per-run budget the theorem allows (``per_run_budget``).
+   For CIFAR10 at :math:`G = 10`, :math:`\delta_1` is about :math:`2.6\cdot10^{-17}` and :math:`\varepsilon_1` is
+   about :math:`\varepsilon/3`.
+4. The factor 3 in :math:`\delta' = 3\sqrt{2\delta_1}\,T + \delta_2` is the paper's. Liu & Talwar's own statement
+   may read :math:`\sqrt{2\delta_1}\,T + \delta_2` (no 3); this could not be checked offline. The paper's version
+   asks for a smaller :math:`\delta_1`, so it is the conservative one; it is also the statement the paper applies.
+5. Theorem 1 covers *random stopping*, not a single pass over the grid. Releasing the best of one pass over
+   :math:`G` fixed candidates, each at :math:`(\varepsilon_1, \delta_1)`, is not covered by it: composition only
+   gives about :math:`G\varepsilon_1`. :func:`grid_search` therefore runs the LT algorithm itself under ``"lt"``: a
+   uniformly random grid point per iteration, a coin with probability :math:`\gamma` after each run, and at most
+   :math:`\lfloor T_{LT}\rfloor` runs. The number of runs is random, :math:`2G` on average. The paper's time
+   accounting (Table I: "single training x number of combinations") suggests it trained each combination once.
+   That reading is not sound under Theorem 1, so it is not offered.
+
+LT's per-run :math:`\delta_1` is tiny (about :math:`10^{-17}` for :math:`G = 10` at :math:`\delta = 10^{-5}`), and
+at such a :math:`\delta` the best RDP order is large (about 80 for MNIST at :math:`\varepsilon = 2` and
+:math:`G = 10`, about 200 at :math:`\varepsilon = 1`): Opacus's orders (:math:`\alpha \le 63`) do not reach it, and
+an accountant limited to them overstates the noise LT needs by 20-90 % at :math:`\varepsilon \le 2` and declares
+:math:`\varepsilon = 1` unreachable. :func:`dpbook.accounting.rdp_optimum` grows the order grid until the optimum is
+interior: LT at :math:`\varepsilon = 1` is reachable (MNIST, :math:`G = 10`: :math:`\sigma` about 5.1 per run). PRV
+cannot work at such a small :math:`\delta`; its error says so.
 
 >>> round(calibrate_sigma(4.0, 1e-5, sample_rate=0.01, steps=1000), 3)          # one run
 0.778
@@ -96,7 +108,7 @@ PROTOCOLS = {
     "lt": "Liu-Talwar random stopping, Theorem 1 with delta_2 = 1e-20 and gamma = 1/(2G) (Sec. VI-B, Table II)",
 }
 
-#: The paper's delta_2 for Theorem 1 (Sec. VI-B, following Mohapatra et al. [50]).
+#: The paper's :math:`\delta_2` for Theorem 1 (Sec. VI-B, following Mohapatra et al. [50]).
 LT_DELTA2 = 1e-20
 
 
@@ -137,7 +149,7 @@ def _check_delta2(delta2) -> float:
 # --------------------------------------------------------------------------------------------------------------
 
 def lt_gamma(G: int) -> float:
-    """The paper's stopping probability gamma = 1/(2G) for a grid of G combinations (Sec. VI-B).
+    r"""The paper's stopping probability :math:`\gamma = 1/(2G)` for a grid of :math:`G` combinations (Sec. VI-B).
 
     >>> lt_gamma(10)
     0.05
@@ -146,7 +158,8 @@ def lt_gamma(G: int) -> float:
 
 
 def lt_max_runs(gamma: float, delta2: float = LT_DELTA2) -> float:
-    r"""Theorem 1's cap on the number of runs, T_LT = (1/gamma) ln(1/delta_2) [DCSGD-28]. It is a real number.
+    r"""Theorem 1's cap on the number of runs, :math:`T_{LT} = (1/\gamma)\ln(1/\delta_2)` [DCSGD-28]. It is a real
+    number.
 
     >>> round(lt_max_runs(lt_gamma(10)), 2)  # 20 ln(1e20)
     921.03
@@ -158,10 +171,11 @@ def lt_max_runs(gamma: float, delta2: float = LT_DELTA2) -> float:
 
 
 def lt_expected_runs(gamma: float, delta2: float = LT_DELTA2) -> float:
-    """Expected number of runs of LT random stopping: (1 - (1-gamma)^K)/gamma, with K = floor(T_LT).
+    r"""Expected number of runs of LT random stopping: :math:`(1 - (1-\gamma)^K)/\gamma`, with
+    :math:`K = \lfloor T_{LT}\rfloor`.
 
-    Each run is followed by a stop with probability gamma, and there are at most K runs. This is just below
-    1/gamma = 2G.
+    Each run is followed by a stop with probability :math:`\gamma`, and there are at most :math:`K` runs. This is
+    just below :math:`1/\gamma = 2G`.
 
     >>> round(lt_expected_runs(lt_gamma(10)), 6)
     20.0
@@ -171,11 +185,12 @@ def lt_expected_runs(gamma: float, delta2: float = LT_DELTA2) -> float:
 
 
 def lt_theorem(epsilon1: float, delta1: float, gamma: float, delta2: float = LT_DELTA2) -> tuple[float, float]:
-    r"""Theorem 1 forwards: the (epsilon', delta') of LT when each run is (epsilon_1, delta_1)-DP.
+    r"""Theorem 1 forwards: the :math:`(\varepsilon', \delta')` of LT when each run is
+    :math:`(\varepsilon_1, \delta_1)`-DP.
 
-    epsilon' = 3 epsilon_1 + 3 sqrt(2 delta_1), and delta' = 3 sqrt(2 delta_1) T_LT + delta_2, with
-    T_LT = (1/gamma) ln(1/delta_2). This is the paper's statement, with its factor 3 on delta' (see the module
-    docstring, reading 4).
+    :math:`\varepsilon' = 3\varepsilon_1 + 3\sqrt{2\delta_1}` and
+    :math:`\delta' = 3\sqrt{2\delta_1}\,T_{LT} + \delta_2`, with :math:`T_{LT} = (1/\gamma)\ln(1/\delta_2)`. This is the
+    paper's statement, with its factor 3 on :math:`\delta'` (see the module docstring, reading 4).
 
     >>> eps, delta = lt_theorem(1.0, 5e-13, gamma=0.1, delta2=math.exp(-10))  # T_LT = 100, sqrt(2 delta_1) = 1e-6
     >>> round(eps, 9), round(delta - math.exp(-10), 12)
@@ -190,13 +205,15 @@ def lt_theorem(epsilon1: float, delta1: float, gamma: float, delta2: float = LT_
 
 def per_run_budget(epsilon: float, delta: float, G: int, protocol: str = "lt", *,
                    delta2: float = LT_DELTA2) -> tuple[float, float]:
-    r"""The (epsilon_1, delta_1) each run may spend so that the whole search is (epsilon, delta)-DP.
+    r"""The :math:`(\varepsilon_1, \delta_1)` each run may spend so that the whole search is
+    :math:`(\varepsilon, \delta)`-DP.
 
-    - ``"lt"``: Theorem 1 inverted with gamma = 1/(2G) and delta' = delta (module docstring, reading 3):
-      sqrt(2 delta_1) = (delta - delta_2) / (3 T_LT) and epsilon_1 = epsilon/3 - sqrt(2 delta_1).
-    - ``"none"``, and any protocol with G = 1 (nothing is selected): the whole (epsilon, delta).
-    - ``"rdp"`` has no per-run (epsilon, delta). The G runs are composed before the conversion to
-      (epsilon, delta), which is tighter than splitting the budget. Use :func:`calibrate_sigma`.
+    - ``"lt"``: Theorem 1 inverted with :math:`\gamma = 1/(2G)` and :math:`\delta' = \delta` (module docstring,
+      reading 3): :math:`\sqrt{2\delta_1} = (\delta - \delta_2)/(3T_{LT})` and
+      :math:`\varepsilon_1 = \varepsilon/3 - \sqrt{2\delta_1}`.
+    - ``"none"``, and any protocol with :math:`G = 1` (nothing is selected): the whole :math:`(\varepsilon, \delta)`.
+    - ``"rdp"`` has no per-run :math:`(\varepsilon, \delta)`. The :math:`G` runs are composed before the conversion
+      to :math:`(\varepsilon, \delta)`, which is tighter than splitting the budget. Use :func:`calibrate_sigma`.
 
     >>> eps1, delta1 = per_run_budget(2.0, 1 / 50000, G=10)   # CIFAR10, DP-SGD's grid
     >>> round(eps1, 6), float(f"{delta1:.2e}")
@@ -205,7 +222,8 @@ def per_run_budget(epsilon: float, delta: float, G: int, protocol: str = "lt", *
     (2.0, 2e-05)
 
     Raises:
-        ValueError: on bad input; if delta <= delta_2 (Theorem 1 cannot reach it); or if epsilon_1 <= 0.
+        ValueError: on bad input; if :math:`\delta \le \delta_2` (Theorem 1 cannot reach it); or if
+            :math:`\varepsilon_1 \le 0`.
     """
     epsilon, delta = _check_budget(epsilon, delta)
     G = _check_G(G)
@@ -265,21 +283,26 @@ def _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant, epsi
 def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int, G: int = 1,
                     protocol: str = "none", *, accountant: str = "rdp", epsilon_tolerance: float = 0.01,
                     delta2: float = LT_DELTA2) -> float:
-    r"""The noise multiplier of *each* run when a search over G combinations is charged to (epsilon, delta).
+    r"""The noise multiplier of *each* run when a search over :math:`G` combinations is charged to
+    :math:`(\varepsilon, \delta)`.
 
     Args:
-        epsilon, delta: the total budget of the whole search (the paper uses delta = 1/N).
-        sample_rate: q = B/N of every run.
-        steps: T, the SGD steps of one run.
-        G: the number of hyperparameter combinations, an integer >= 1.
-        protocol: ``"none"`` (one run: G is ignored), ``"rdp"`` (G runs composed: sigma for G*T steps) or
-            ``"lt"`` (Theorem 1: sigma for one run at :func:`per_run_budget`). See :data:`PROTOCOLS`.
-        accountant: ``"rdp"`` (the paper's) or ``"prv"``. Under ``"lt"`` PRV fails at delta_1 ~ 1e-17.
-        epsilon_tolerance: passed to :func:`dpbook.accounting.noise_multiplier` (which also narrows sigma itself
-            to 1 %); the default 0.01 matches Opacus's ``get_noise_multiplier``.
+        epsilon, delta: the total budget :math:`(\varepsilon, \delta)` of the whole search (the paper uses
+            :math:`\delta = 1/N`).
+        sample_rate: :math:`q = B/N` of every run.
+        steps: :math:`T`, the SGD steps of one run.
+        G: the number :math:`G` of hyperparameter combinations, an integer >= 1.
+        protocol: ``"none"`` (one run: ``G`` is ignored), ``"rdp"`` (:math:`G` runs composed: :math:`\sigma` for
+            :math:`GT` steps) or ``"lt"`` (Theorem 1: :math:`\sigma` for one run at :func:`per_run_budget`). See
+            :data:`PROTOCOLS`.
+        accountant: ``"rdp"`` (the paper's) or ``"prv"``. Under ``"lt"`` PRV fails at
+            :math:`\delta_1 \approx 10^{-17}`.
+        epsilon_tolerance: passed to :func:`dpbook.accounting.noise_multiplier` (which also narrows :math:`\sigma`
+            itself to 1 %); the default 0.01 matches Opacus's ``get_noise_multiplier``.
 
-    With G = 1 every protocol gives the single-run sigma (nothing is selected). sigma grows with G under "rdp"
-    (about like sqrt(G)) and, far more slowly, under "lt" (through ln(1/delta_1), delta_1 ~ 1/G^2).
+    With :math:`G = 1` every protocol gives the single-run :math:`\sigma` (nothing is selected). :math:`\sigma` grows
+    with :math:`G` under "rdp" (about like :math:`\sqrt G`) and, far more slowly, under "lt" (through
+    :math:`\ln(1/\delta_1)`, :math:`\delta_1 \sim 1/G^2`).
 
     >>> q, T, d = 256 / 60000, 2340, 1 / 60000            # MNIST, 10 epochs
     >>> [round(calibrate_sigma(4.0, d, q, T, G, "rdp"), 3) for G in (1, 10, 90)]
@@ -289,7 +312,8 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
 
     Raises:
         ValueError: naming the parameter on bad input, or explaining what to change when the budget cannot be
-            reached (e.g. LT with delta below delta_2, or a grid so large that epsilon/3 - sqrt(2 delta_1) <= 0).
+            reached (e.g. LT with :math:`\delta` below :math:`\delta_2`, or a grid so large that
+            :math:`\varepsilon/3 - \sqrt{2\delta_1} \le 0`).
     """
     epsilon, delta = _check_budget(epsilon, delta)
     sample_rate = checks.rate("sample_rate", sample_rate, "q = B/N")
@@ -304,18 +328,20 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
 
 @dataclass(frozen=True)
 class TuningPlan:
-    """A calibrated search: the sigma of every run and what the whole search spends, recomputed by the accountant.
+    r"""A calibrated search: the :math:`\sigma` of every run and what the whole search spends, recomputed by the
+    accountant.
 
     ``per_run_epsilon`` is what one run at ``sigma`` spends at ``per_run_delta``, recomputed by the accountant.
-    ``per_run_delta`` is delta itself, or delta_1 under LT. ``total_epsilon`` and ``total_delta`` are what the
-    protocol charges for the whole search:
+    ``per_run_delta`` is :math:`\delta` itself, or :math:`\delta_1` under LT. ``total_epsilon`` and ``total_delta``
+    are what the protocol charges for the whole search:
 
     - "none": one run;
-    - "rdp": the accountant on G*T steps at sigma;
-    - "lt": Theorem 1 applied to the recomputed per-run epsilon.
+    - "rdp": the accountant on :math:`GT` steps at :math:`\sigma`;
+    - "lt": Theorem 1 applied to the recomputed per-run :math:`\varepsilon`.
 
-    Each is <= the target. ``charged_protocol`` is "none" when G = 1, whatever was asked.
-    ``max_runs`` and ``expected_runs`` count training runs. Under LT they are floor(T_LT) and about 2G.
+    Each is <= the target. ``charged_protocol`` is "none" when :math:`G = 1`, whatever was asked.
+    ``max_runs`` and ``expected_runs`` count training runs. Under LT they are :math:`\lfloor T_{LT}\rfloor` and about
+    :math:`2G`.
     """
 
     protocol: str
@@ -342,9 +368,10 @@ class TuningPlan:
         return self.charged_protocol != "none" or self.G == 1
 
     def run_budget(self) -> tuple[float, float, int]:
-        """``(epsilon, delta, runs)``: ``runs`` copies of one run's history, composed, must cost at most epsilon at
-        delta, what a DP-SGD run at ``sigma`` is charged: one run ("none"); G runs composed ("rdp"); one run at
-        Theorem 1's per-run delta_1 ("lt"). A method whose history is not DP-SGD's calibrates its noise to this.
+        r"""``(epsilon, delta, runs)``: ``runs`` copies of one run's history, composed, must cost at most
+        :math:`\varepsilon` at :math:`\delta`, what a DP-SGD run at ``sigma`` is charged: one run ("none"); :math:`G`
+        runs composed ("rdp"); one run at Theorem 1's per-run :math:`\delta_1` ("lt"). A method whose history is not
+        DP-SGD's calibrates its noise to this.
 
         >>> epsilon, delta, runs = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="rdp").run_budget()
         >>> 3.99 <= epsilon <= 4.0, delta, runs
@@ -358,7 +385,7 @@ class TuningPlan:
 def tuning_plan(epsilon: float, delta: float, sample_rate: float, steps: int, G: int = 1, protocol: str = "none",
                 *, accountant: str = "rdp", epsilon_tolerance: float = 0.01,
                 delta2: float = LT_DELTA2) -> TuningPlan:
-    r"""Calibrate sigma like :func:`calibrate_sigma`, then recompute what the whole search spends.
+    r"""Calibrate :math:`\sigma` like :func:`calibrate_sigma`, then recompute what the whole search spends.
 
     >>> plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="rdp")
     >>> round(plan.sigma, 3), plan.total_epsilon <= 4.0, plan.max_runs
@@ -408,11 +435,12 @@ class Run:
 
 @dataclass
 class GridSearchResult:
-    """All runs of a charged search, the best one, and the privacy it was charged (a :class:`TuningPlan`).
+    r"""All runs of a charged search, the best one, and the privacy it was charged (a :class:`TuningPlan`).
 
-    ``composed_epsilon`` composes *every run actually made* with the plan's accountant at the total delta. That
-    is an honest upper bound for any protocol. Under "lt" it counts every run at delta rather than at Theorem 1's
-    delta_1, so it is not what the protocol charges: Theorem 1 is what makes the random number of runs cheap.
+    ``composed_epsilon`` composes *every run actually made* with the plan's accountant at the total :math:`\delta`. That
+    is an honest upper bound for any protocol. Under "lt" it counts every run at :math:`\delta` rather than at Theorem
+    1's :math:`\delta_1`, so it is not what the protocol charges: Theorem 1 is what makes the random number of runs
+    cheap.
     """
 
     plan: TuningPlan
@@ -443,7 +471,7 @@ class GridSearchResult:
         return self.plan.per_run_delta
 
     def summary(self) -> str:
-        """A few lines: the protocol, sigma, what was charged, the number of runs and the best run."""
+        r"""A few lines: the protocol, :math:`\sigma`, what was charged, the number of runs and the best run."""
         p = self.plan
         lines = [
             f"protocol {p.charged_protocol!r} (asked {p.protocol!r}), G = {p.G}, sigma = {p.sigma:.4f} per run, "
@@ -493,14 +521,14 @@ def _check_history(output, plan: TuningPlan, order: int) -> None:
 
 
 def search_schedule(plan: TuningPlan, seed: int = 0) -> list[tuple[int, int, int]]:
-    """The runs a search makes, as ``(order, grid_index, run_seed)``, fixed before any training.
+    r"""The runs a search makes, as ``(order, grid_index, run_seed)``, fixed before any training.
 
     - ``"none"`` and ``"rdp"``: every grid point once, in order; run k has seed ``seed + k``.
-    - ``"lt"``: Theorem 1's random stopping (module docstring, reading 5): each iteration draws a uniformly random
-      grid point, then stops with probability gamma = 1/(2G); at most floor(T_LT) runs. Both draws come from
-      ``numpy.random.default_rng(seed)`` and never look at the data or at any result, so the whole schedule is
+    - ``"lt"``: Theorem 1's random stopping (module docstring, reading 5): each iteration draws a uniformly random grid
+      point, then stops with probability :math:`\gamma = 1/(2G)`; at most :math:`\lfloor T_{LT}\rfloor` runs. Both draws
+      come from ``numpy.random.default_rng(seed)`` and never look at the data or at any result, so the whole schedule is
       known in advance: a sweep can run its trainings in parallel, and an interrupted search resumes exactly.
-    - G = 1: one run with the whole budget.
+    - :math:`G = 1`: one run with the whole budget.
 
     >>> plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=3, protocol="lt")
     >>> schedule = search_schedule(plan, seed=7)
@@ -525,7 +553,8 @@ def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float,
                 delta: float, sample_rate: float, steps: int, protocol: str, accountant: str = "rdp",
                 seed: int = 0, maximize: bool = True, metric: str | None = None, epsilon_tolerance: float = 0.01,
                 delta2: float = LT_DELTA2) -> GridSearchResult:
-    r"""Tune over ``grid`` with the search charged to (epsilon, delta), and return every run and the best one.
+    r"""Tune over ``grid`` with the search charged to :math:`(\varepsilon, \delta)`, and return every run and the best
+    one.
 
     ``train(hyperparameters, sigma, seed)`` builds and trains one model with noise multiplier ``sigma`` (for
     ``steps`` steps at ``sample_rate``) and returns its final metric (e.g. test accuracy on public data). It may
@@ -534,12 +563,12 @@ def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float,
     checks that the run spent no more than it was charged for. The runner knows nothing of the method: any
     registered method can be tuned through the callable.
 
-    The protocol decides sigma (:func:`tuning_plan`, with G = len(grid)) and the runs made:
+    The protocol decides :math:`\sigma` (:func:`tuning_plan`, with ``G = len(grid)``) and the runs made:
 
     - ``"none"`` and ``"rdp"``: every grid point once, in order. Run k gets seed ``seed + k``.
-    - ``"lt"``: the LT algorithm of Theorem 1 (module docstring, reading 5). Each iteration trains a uniformly
-      random grid point with seed ``seed + k``, then stops with probability gamma = 1/(2G). There are at most
-      floor(T_LT) runs. Both draws come from ``numpy.random.default_rng(seed)``, never from the data.
+    - ``"lt"``: the LT algorithm of Theorem 1 (module docstring, reading 5). Each iteration trains a uniformly random
+      grid point with seed ``seed + k``, then stops with probability :math:`\gamma = 1/(2G)`. There are at most
+      :math:`\lfloor T_{LT}\rfloor` runs. Both draws come from ``numpy.random.default_rng(seed)``, never from the data.
     - A grid of one point is trained once with the whole budget, whatever the protocol.
 
     The best run is the first with the highest metric (lowest if ``maximize=False``).

@@ -76,7 +76,7 @@ def _scaled(x, C: float, s: float, r_num: float, r_den: float):
 
 
 def autos_weight(norms, *, gamma: float = 0.01):
-    r"""Auto-S / NSGD weight :math:`1/(\lVert g\rVert+\gamma)` (Eq. (2); Bu et al. call the constant gamma).
+    r"""Auto-S / NSGD weight :math:`1/(\lVert g\rVert+\gamma)` (Eq. (2); Bu et al. call the constant :math:`\gamma`).
 
     The scaled norm :math:`x/(x+\gamma)` stays below 1 (the sensitivity); small gradients get up to
     :math:`1/\gamma`.
@@ -93,7 +93,7 @@ def psac_weight(norms, *, C: float, r: float, r_num: float | None = None):
 
     ``r_num`` replaces the numerator constant only (default ``r``), :math:`C/(x + r_{num}/(x + r))`: the
     PSAC-shaped rule of the reparametrisation identity (:func:`psasc_as_psac`) and of the ablation with separate
-    numerator and denominator constants. The supremum of the scaled norm is ``C`` for every ``r_num``.
+    numerator and denominator constants. The supremum of the scaled norm is :math:`C` for every ``r_num``.
 
     >>> psac_weight(0.0, C=2.0, r=0.01), round(psac_weight(1e6, C=2.0, r=0.01) * 1e6, 6)
     (2.0, 2.0)
@@ -121,7 +121,8 @@ class Peak(NamedTuple):
 
 
 def psasc_peak(*, C: float, r: float, s: float = 1.0) -> Peak:
-    r"""The maximum of the DP-PSASC weight: at :math:`\sqrt{r/s}-r` with value :math:`C/(2\sqrt{sr}-sr)` if sr < 1.
+    r"""The maximum of the DP-PSASC weight: at :math:`\sqrt{r/s}-r` with value :math:`C/(2\sqrt{sr}-sr)` if
+    :math:`sr<1`.
 
     For :math:`sr\ge1` the weight decreases from :math:`\omega(0)=C`, returned as ``Peak(0.0, C)``.
     ``s = 1`` gives DP-PSAC's peak :math:`C/(2\sqrt r - r)` at :math:`\sqrt r - r`.
@@ -139,7 +140,7 @@ def psasc_peak(*, C: float, r: float, s: float = 1.0) -> Peak:
 
 
 def psasc_sensitivity(*, C: float, s: float = 1.0) -> float:
-    """The supremum ``C / s`` of the DP-PSASC scaled norm (never attained): the L2 sensitivity of the sum.
+    """The supremum :math:`C/s` of the DP-PSASC scaled norm (never attained): the L2 sensitivity of the sum.
 
     >>> psasc_sensitivity(C=0.2, s=0.8)
     0.25
@@ -148,7 +149,7 @@ def psasc_sensitivity(*, C: float, s: float = 1.0) -> float:
 
 
 def psasc_scaled_norm(norms, *, C: float, r: float, s: float = 1.0):
-    r"""The scaled norm :math:`x\,\omega_s(x)=C u/(s u + r)`, :math:`u=x(x+r)`: increasing, 0 at 0, below C/s.
+    r"""The scaled norm :math:`x\,\omega_s(x)=C u/(s u + r)`, :math:`u=x(x+r)`: increasing, 0 at 0, below :math:`C/s`.
 
     This closed form equals ``norms * psasc_weight(norms, ...)`` (up to rounding).
 
@@ -161,7 +162,8 @@ def psasc_scaled_norm(norms, *, C: float, r: float, s: float = 1.0):
 
 
 def psasc_to_psac_ratio(norms, *, r: float, s: float):
-    r""":math:`\omega_s(x)/\omega_1(x)=(u+r)/(s u+r)`, :math:`u=x(x+r)`: 1 at x = 0, rising to 1/s for s < 1.
+    r""":math:`\omega_s(x)/\omega_1(x)=(u+r)/(s u+r)`, :math:`u=x(x+r)`: 1 at :math:`x=0`, rising to
+    :math:`1/s` for :math:`s<1`.
 
     >>> psasc_to_psac_ratio(0.0, r=1e-3, s=0.5), round(psasc_to_psac_ratio(1e6, r=1e-3, s=0.5), 9)
     (1.0, 2.0)

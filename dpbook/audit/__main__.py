@@ -1,5 +1,7 @@
 r"""``python -m dpbook.audit``: the one-step audit of registered methods and of the broken controls.
 
+For example::
+
     python -m dpbook.audit --method dpsgd                      # one method, a table
     python -m dpbook.audit --method all --json                 # every registered method, a JSON list
     python -m dpbook.audit --broken half-noise --json          # a broken control (its method is implied)

@@ -6,17 +6,20 @@ way real implementations have been broken:
 ``no-clipping``
     DP-SGD that forgets to clip: the canary's 10^6 reaches the sum while the accountant is told sensitivity C.
 ``half-noise``
-    DP-SGD that adds N(0, (sigma C / 2)^2) while declaring the noise multiplier sigma (a factor lost in a refactor).
+    DP-SGD that adds :math:`\mathcal N\big(0, (\sigma C/2)^2\big)` while declaring the noise multiplier
+    :math:`\sigma` (a factor lost in a refactor).
 ``realised-batch-adaclip``
     Andrew et al.'s clipping as Opacus's ``AdaClipDPOptimizer`` writes it: the noisy unclipped count divided by the
-    *realised* batch size ``|B_t|`` instead of the expected B. Then ``b~ = (count + noise) / |B_t|`` moves by up to one
-    count when one example joins, not the 1/2 that the split ``sigma_Delta = (sigma^-2 - (2 sigma_b)^-2)^(-1/2)``
-    assumes. Its scenario makes the count carry most of the budget (sigma_b = 0.55 at sigma = 1) and clips every
-    background example, so that the canary, counted unclipped, moves b~ from 0 to 1/9.
+    *realised* batch size :math:`|\mathcal B_t|` instead of the expected :math:`B`. Then
+    :math:`\tilde b = (\text{count} + \text{noise})/|\mathcal B_t|` moves by up to one count when one example joins,
+    not the 1/2 that the split :math:`\sigma_\Delta = (\sigma^{-2} - (2\sigma_b)^{-2})^{-1/2}` assumes. Its scenario
+    makes the count carry most of the budget (:math:`\sigma_b = 0.55` at :math:`\sigma = 1`) and clips every
+    background example, so that the canary, counted unclipped, moves :math:`\tilde b` from 0 to 1/9.
 ``data-dependent-noise``
-    DP-SGD whose noise is scaled to the batch's largest clipped norm, ``sigma max_i ||Clip(g_i, C)||``, "the
-    sensitivity this batch actually has": on a background of tiny gradients the noise all but vanishes, and the
-    canary's arrival is visible in the noise level itself.
+    DP-SGD whose noise is scaled to the batch's largest clipped norm,
+    :math:`\sigma\max_i\lVert\mathrm{Clip}(g_i, C)\rVert`, "the sensitivity this batch actually has": on a
+    background of tiny gradients the noise all but vanishes, and the canary's arrival is visible in the noise level
+    itself.
 """
 
 from __future__ import annotations
@@ -37,14 +40,14 @@ from dpbook.per_sample import Grads
 
 
 class NoClipping(DPSGD):
-    """Broken: every weight is 1 (no clipping), while its release still declares sensitivity C."""
+    """Broken: every weight is 1 (no clipping), while its release still declares sensitivity :math:`C`."""
 
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(norms)
 
 
 class HalfNoise(DPSGD):
-    """Broken: adds half the noise std that :meth:`releases` declares (the accountant still sees sigma)."""
+    r"""Broken: adds half the noise std that :meth:`releases` declares (the accountant still sees :math:`\sigma`)."""
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         std = 0.5 * self.releases()[0].noise_std
@@ -52,7 +55,8 @@ class HalfNoise(DPSGD):
 
 
 class RealisedBatchAdaClip(AdaClip):
-    """Broken: the unclipped fraction ``(count + N(0, sigma_b^2)) / |B_t|``, over the realised batch size."""
+    r"""Broken: the unclipped fraction :math:`(\text{count} + \mathcal N(0, \sigma_b^2))/|\mathcal B_t|`, over the
+    realised batch size."""
 
     def released_fraction(self, acc: dict, noise: GaussianNoise) -> float:
         count = torch.tensor([float(acc["unclipped"])], dtype=torch.float64)
@@ -61,7 +65,7 @@ class RealisedBatchAdaClip(AdaClip):
 
 
 class DataDependentNoise(DPSGD):
-    """Broken: noise std ``sigma * max_i ||Clip(g_i, C)||`` instead of ``sigma * C``."""
+    r"""Broken: noise std :math:`\sigma\max_i\lVert\mathrm{Clip}(g_i, C)\rVert` instead of :math:`\sigma C`."""
 
     def start(self, params) -> dict:
         return {**super().start(params), "largest": 0.0}

@@ -8,21 +8,23 @@ so many correct guesses certify a lower bound on epsilon at 95 % confidence.
 
 Here, white-box, with gradient canaries:
 
-- canary k is an example whose per-example gradient is, at every step and every parameter value, the Dirac vector
-  ``10^6 e_{j_k}`` on its own coordinate j_k of the model (m distinct coordinates drawn at random): after the
-  method's weighting it contributes its full sensitivity whenever Poisson sampling picks it, along e_{j_k} (DPDR
-  splits it between its base b and b's complement);
+- canary :math:`k` is an example whose per-example gradient is, at every step and every parameter value, the Dirac
+  vector :math:`10^6e_{j_k}` on its own coordinate :math:`j_k` of the model (:math:`m` distinct coordinates drawn at
+  random): after the method's weighting it contributes its full sensitivity whenever Poisson sampling picks it,
+  along :math:`e_{j_k}` (DPDR splits it between its base :math:`b` and :math:`b`'s complement);
 - the canaries' selection and inclusion, the model's initialisation, the Poisson sampler and the noise draw from
   four independent seeds, and the engine divides by the *expected* size of the training set with half the
   canaries in, so that nothing about the run but its releases depends on which canaries are in;
 - the training set is the real one plus the included canaries, sampled at the real run's q; the model, the
   method, the accountant and the engine (:class:`dpbook.optim.DPOptimizer`) are the book's, unchanged;
-- the auditor sees every release (the noisy sums the optimizer receives), and scores canary k by
-  ``sum_t w_t release_t[j_k]`` with ``w_t = sensitivity_t / noise_std_t^2``, from the step's declared releases
+- the auditor sees every release (the noisy sums the optimizer receives), and scores canary :math:`k` by
+  :math:`\sum_tw_t\,\tilde g_t[j_k]` with :math:`w_t = \Delta_t/s_t^2`, sensitivity :math:`\Delta_t` over noise std
+  :math:`s_t` squared, from the step's declared releases
   (:meth:`dpbook.methods.base.Method.releases`, before the step): the sensitivity of the noisy gradient
   (:func:`~dpbook.methods.base.gradient_sensitivity`) over the variance of its first release's noise, the
   likelihood-ratio weighting of independent Gaussian steps;
-- it guesses "in" for the k highest scores and "out" for the k lowest, for a few k fixed in advance
+- it guesses "in" for the :math:`k` highest scores and "out" for the :math:`k` lowest, for a few :math:`k` fixed in
+  advance
   (:data:`GUESSES`, Bonferroni-corrected), and reports the best certified bound.
 
     >>> result = one_run_audit("dpsgd", dict(C=1.0), epsilon=8.0, canaries=200, epochs=2, seed=0)

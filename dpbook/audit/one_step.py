@@ -5,18 +5,21 @@ For a method put in the state of its :class:`~dpbook.methods.scenario.Scenario`,
 the background batch D and ``trials`` on D' = D plus the canary (at sample rate q < 1 the canary joins each D'
 batch with probability q, Poisson sampling). Each release is reduced to a *score*:
 
-1. the features of a release are its projection on the canary's noise-free effect ``Delta`` (the release with the
+1. the features of a release are its projection on the canary's noise-free effect :math:`\Delta` (the release with the
    canary minus the release without it, both computed with the noise switched off), and every released scalar of
    the method's ``diagnostics()`` that the canary moves (DC-SGD's histogram counts, AdaClip's unclipped fraction):
    the auditor sees everything the step releases;
-2. the score is the linear discriminant of these features, ``w^T x`` with ``w = Sigma^-1 (mean' - mean)``, which is
-   the likelihood-ratio test when the features are Gaussian; it is fitted on the first half of the trials only.
+2. the score is the linear discriminant of these features, :math:`w^\top x` with
+   :math:`w = \Sigma^{-1}(\bar x' - \bar x)` (the difference of the two worlds' feature means), which is the
+   likelihood-ratio test when the features are Gaussian; it is fitted on the first half of the trials only.
 
 :func:`dpbook.audit.statistics.certify` then chooses thresholds on the first half and certifies lower bounds on
-epsilon and mu on the second half (95 % confidence). They are compared with the claims for this one step: the
-accountant's epsilon for one step at (``noise_multiplier()``, q) and mu = 1 / ``noise_multiplier()`` (exact for
-the Gaussian mechanism at q = 1, and an upper bound at q < 1, since subsampling only helps). The audit also checks
-the declaration behind both claims: the canary's effect on the sum, ``||Delta||``, must not exceed the declared
+:math:`\varepsilon` and :math:`\mu` on the second half (95 % confidence). They are compared with the claims for
+this one step: the accountant's :math:`\varepsilon` for one step at (``noise_multiplier()``, :math:`q`) and
+:math:`\mu = 1/\sigma` with :math:`\sigma` = ``noise_multiplier()`` (exact for the Gaussian mechanism at
+:math:`q = 1`, and an upper bound at :math:`q < 1`, since subsampling only helps). The audit also checks the
+declaration behind both claims: the canary's effect on the sum, :math:`\lVert\Delta\rVert`, must not exceed the
+declared
 sensitivity of the noisy gradient (:func:`~dpbook.methods.base.gradient_sensitivity` of the method's
 :meth:`~dpbook.methods.base.Method.releases`). A method is *flagged* when a lower bound exceeds its claim or the
 effect exceeds the declaration.
@@ -171,9 +174,10 @@ def _moved_keys(without: dict, with_canary: dict) -> list[str]:
 
 
 def discriminant(x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
-    r"""Fisher's linear discriminant ``Sigma^-1 (mean_1 - mean_0)`` of two feature samples (rows are trials).
+    r"""Fisher's linear discriminant :math:`\Sigma^{-1}(\bar x_1 - \bar x_0)` of two feature samples (rows are
+    trials).
 
-    ``Sigma`` is the pooled covariance, with a small ridge so that constant or collinear features are harmless.
+    :math:`\Sigma` is the pooled covariance, with a small ridge so that constant or collinear features are harmless.
 
         >>> rng = np.random.default_rng(0)
         >>> w = discriminant(rng.normal(0, 1, (4000, 2)), rng.normal([1, 0], 1, (4000, 2)))

@@ -1,24 +1,35 @@
 r"""From membership guesses to certified lower bounds on epsilon and on the Gaussian-DP mu.
 
 An audit plays the distinguishing game of the definition of differential privacy. It runs a mechanism many times
-on a dataset D and on D' = D plus one *canary*, scores every output, and guesses "canary present" when the score
-exceeds a threshold tau. Two error rates follow: the false-positive rate FPR = P[score > tau | D] and the
-false-negative rate FNR = P[score <= tau | D']. An (epsilon, delta)-DP mechanism forces, for every test
-(Kairouz, Oh & Viswanath 2015),
+on a dataset :math:`D` and on :math:`D'` = :math:`D` plus one *canary*, scores every output, and guesses "canary
+present" when the score exceeds a threshold :math:`\tau`. Two error rates follow: the false-positive rate
+:math:`\mathrm{FPR} = P[\text{score} > \tau \mid D]` and the false-negative rate
+:math:`\mathrm{FNR} = P[\text{score} \le \tau \mid D']`. An :math:`(\varepsilon, \delta)`-DP mechanism forces, for
+every test (Kairouz, Oh & Viswanath 2015),
 
-    FPR + e^epsilon FNR >= 1 - delta      and      FNR + e^epsilon FPR >= 1 - delta,
+.. math::
 
-so an observed pair of rates *refutes* every epsilon below
-``max(log((1 - delta - FNR) / FPR), log((1 - delta - FPR) / FNR))``. A mu-GDP mechanism (Dong, Roth & Su 2022)
-forces ``FNR >= Phi(Phi^-1(1 - FPR) - mu)``, which refutes every mu below ``Phi^-1(1 - FPR) - Phi^-1(FNR)``.
+    \mathrm{FPR} + e^\varepsilon\,\mathrm{FNR} \ge 1 - \delta \qquad\text{and}\qquad
+    \mathrm{FNR} + e^\varepsilon\,\mathrm{FPR} \ge 1 - \delta,
+
+so an observed pair of rates *refutes* every :math:`\varepsilon` below
+
+.. math::
+
+    \max\Big(\log\frac{1 - \delta - \mathrm{FNR}}{\mathrm{FPR}},
+        \log\frac{1 - \delta - \mathrm{FPR}}{\mathrm{FNR}}\Big).
+
+A :math:`\mu`-GDP mechanism (Dong, Roth & Su 2022) forces
+:math:`\mathrm{FNR} \ge \Phi\big(\Phi^{-1}(1 - \mathrm{FPR}) - \mu\big)`, which refutes every :math:`\mu` below
+:math:`\Phi^{-1}(1 - \mathrm{FPR}) - \Phi^{-1}(\mathrm{FNR})`.
 
 The rates are estimated from finitely many trials, so each is replaced by its one-sided Clopper-Pearson upper
-bound at level ``1 - alpha / 2``: with probability at least ``1 - alpha`` (95 % by default) both true rates lie
-below their bounds, and then the bound computed from them is a true lower bound. Choosing the threshold on the
+bound at level :math:`1 - \alpha/2`: with probability at least :math:`1 - \alpha` (95 % by default) both true rates
+lie below their bounds, and then the bound computed from them is a true lower bound. Choosing the threshold on the
 same trials would void that guarantee; :func:`certify` chooses it on one half of the trials and evaluates it on
 the other half (Jagielski, Ullman & Oprea 2020; Nasr et al. 2021).
 
-The one-run audit (Steinke, Nasr & Jagielski 2023) plays the game with m canaries in one training run instead of
+The one-run audit (Steinke, Nasr & Jagielski 2023) plays the game with :math:`m` canaries in one training run instead of
 one canary in many runs: :func:`one_run_epsilon` inverts their Theorem 3.1 (with its delta term) at 95 % confidence.
 """
 
@@ -58,7 +69,8 @@ def clopper_pearson_upper(errors, trials, confidence: float):
 
 
 def epsilon_from_rates(fpr, fnr, delta: float):
-    r"""The largest epsilon that rates ``(FPR, FNR)`` refute at ``delta`` (0 when they refute none); elementwise.
+    r"""The largest :math:`\varepsilon` that rates ``(FPR, FNR)`` refute at ``delta`` (0 when they refute none);
+    elementwise.
 
         >>> round(float(epsilon_from_rates(0.01, 0.5, 1e-5)), 4)    # log((1 - 1e-5 - 0.5) / 0.01)
         3.912
@@ -71,7 +83,8 @@ def epsilon_from_rates(fpr, fnr, delta: float):
 
 
 def mu_from_rates(fpr, fnr):
-    r"""The largest Gaussian-DP mu that rates ``(FPR, FNR)`` refute: ``Phi^-1(1 - FPR) - Phi^-1(FNR)``, floored at 0.
+    r"""The largest Gaussian-DP :math:`\mu` that rates ``(FPR, FNR)`` refute:
+    :math:`\Phi^{-1}(1 - \mathrm{FPR}) - \Phi^{-1}(\mathrm{FNR})`, floored at 0.
 
         >>> round(float(mu_from_rates(stats.norm.sf(1.0), 0.5)), 6)   # the threshold test of N(0,1) vs N(1,1)
         1.0
@@ -156,9 +169,10 @@ def certify(without, with_canary, *, delta: float, confidence: float = CONFIDENC
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
     r"""P[at least v of r guesses correct] for an (epsilon, delta)-DP run with m canaries (Steinke et al., Thm 3.1).
 
-    Each of the m canaries is included with probability 1/2; the auditor guesses in/out for r of them. Under
-    (epsilon, 0)-DP the number of correct guesses is dominated by Binomial(r, e^eps / (1 + e^eps)); the delta term
-    adds ``2 m delta max_{1<=i<=v} P[v - i <= Binomial < v] / i``.
+    Each of the :math:`m` canaries is included with probability 1/2; the auditor guesses in/out for :math:`r` of
+    them. Under :math:`(\varepsilon, 0)`-DP the number of correct guesses is dominated by
+    :math:`\mathrm{Binomial}\big(r, e^\varepsilon/(1 + e^\varepsilon)\big)`; the :math:`\delta` term adds
+    :math:`2m\delta\max_{1\le i\le v}P[v - i \le \mathrm{Binomial} < v]/i`.
 
         >>> round(one_run_p_value(1000, 100, 50, 0.0, 0.0), 4)   # coin flips: half right is the median
         0.5398

@@ -1,28 +1,34 @@
-"""Adaptive quantile clipping (Andrew, Thakkar, McMahan & Ramaswamy, NeurIPS 2021), geometric update.
+r"""Adaptive quantile clipping (Andrew, Thakkar, McMahan & Ramaswamy, NeurIPS 2021), geometric update.
 
-The DC-SGD paper's baseline "Andrew et al." (set up as the DC-SGD paper does: sigma_b = B/20, C_0 = 1), per
-example instead of per client. At step t, with threshold C_t, target unclipped fraction p (the paper's gamma)
-and rate eta_C:
+The DC-SGD paper's baseline "Andrew et al." (set up as the DC-SGD paper does: :math:`\sigma_b = B/20`,
+:math:`C_0 = 1`), per example instead of per client. At step :math:`t`, with threshold :math:`C_t`, target
+unclipped fraction :math:`p` (the paper's :math:`\gamma`) and rate :math:`\eta_C`:
 
-    b~_t    = ( sum_{i in B_t} (1[||g_{t,i}|| <= C_t] - 1/2) + N(0, sigma_b^2) ) / B + 1/2,  clamped to [0, 1]
-    C_{t+1} = C_t exp(-eta_C (b~_t - p))                                                   (geometric update)
-    g~_t    = ( sum_{i in B_t} Clip(g_{t,i}, C_t) + N(0, sigma_Delta^2 C_t^2 I_d) ) / B
-    sigma_Delta = (sigma^-2 - (2 sigma_b)^-2)^(-1/2)                                       (needs 2 sigma_b > sigma)
+.. math::
 
-Why the indicator is centred by -1/2: each example then moves the count by exactly +-1/2, so the count has
-sensitivity 1/2 under add/remove adjacency, i.e. noise multiplier 2 sigma_b; that is what sigma_Delta's
-``(2 sigma_b)^-2`` assumes, and with it the pair (gradient, count) costs exactly DP-SGD at sigma (the same
-argument as DC-SGD's Theorem 2). Without the centring an added example moves the count by 0 or 1 (sensitivity 1),
-and the split would have to use sigma_b, not 2 sigma_b. TF-Privacy's ``QuantileEstimatorQuery`` centres the same
-way. The ``+ 1/2`` after the division uses the expected B, so b~_t is unbiased when ``|B_t| = B``.
+    \tilde b_t &= \frac1B\Big(\sum_{i\in\mathcal B_t}\big(\mathbf 1[\lVert g_{t,i}\rVert \le C_t] - \tfrac12\big)
+        + \mathcal N(0, \sigma_b^2)\Big) + \frac12, \quad\text{clamped to } [0, 1],\\
+    C_{t+1} &= C_t\exp\big(-\eta_C(\tilde b_t - p)\big) \qquad\text{(geometric update)},\\
+    \tilde g_t &= \frac1B\Big(\sum_{i\in\mathcal B_t}\mathrm{Clip}(g_{t,i}, C_t)
+        + \mathcal N(0, \sigma_\Delta^2C_t^2I_d)\Big),\\
+    \sigma_\Delta &= \big(\sigma^{-2} - (2\sigma_b)^{-2}\big)^{-1/2} \qquad\text{(needs } 2\sigma_b > \sigma\text{)}.
 
-Normalisation by the expected batch size B, never the realised ``|B_t|`` (privacy hygiene rule 1): Opacus's
-``AdaClipDPOptimizer`` divides the noisy unclipped count by the realised number of examples, which is private,
-and it counts without centring while using the ``2 sigma_b`` split.
+Why the indicator is centred by :math:`-1/2`: each example then moves the count by exactly :math:`\pm 1/2`, so the
+count has sensitivity 1/2 under add/remove adjacency, i.e. noise multiplier :math:`2\sigma_b`; that is what
+:math:`\sigma_\Delta`'s :math:`(2\sigma_b)^{-2}` assumes, and with it the pair (gradient, count) costs exactly
+DP-SGD at :math:`\sigma` (the same argument as DC-SGD's Theorem 2). Without the centring an added example moves the
+count by 0 or 1 (sensitivity 1), and the split would have to use :math:`\sigma_b`, not :math:`2\sigma_b`.
+TF-Privacy's ``QuantileEstimatorQuery`` centres the same way. The :math:`+1/2` after the division uses the
+expected :math:`B`, so :math:`\tilde b_t` is unbiased when :math:`|\mathcal B_t| = B`.
+
+Normalisation by the expected batch size :math:`B`, never the realised :math:`|\mathcal B_t|` (privacy hygiene
+rule 1): Opacus's ``AdaClipDPOptimizer`` divides the noisy unclipped count by the realised number of examples,
+which is private, and it counts without centring while using the :math:`2\sigma_b` split.
 
 Defaults from the DC-SGD paper: ``sigma_b = B/20`` (set when the engine binds B), ``C_0 = 1``; ``p`` and ``eta_C``
 are tuned (grids 0.1..0.9 and 0.1..0.3); Andrew et al. recommend ``p = 0.5``, ``eta_C = 0.2``. The new threshold
-is computed in ``release`` from the noisy count only and used from the next step on. The accountant sees sigma.
+is computed in ``release`` from the noisy count only and used from the next step on. The accountant sees
+:math:`\sigma`.
 """
 
 from __future__ import annotations
@@ -44,13 +50,15 @@ from dpbook.per_sample import Grads, clip_factors
 from dpbook.tuning import grid_product
 
 COUNT_SENSITIVITY = 0.5
-"""One example moves the centred count ``sum_i (1[||g_i|| <= C] - 1/2)`` by at most 1/2 (added or removed)."""
+r"""One example moves the centred count :math:`\sum_i(\mathbf 1[\lVert g_i\rVert \le C] - 1/2)` by at most 1/2 (added or
+removed)."""
 
 
 def unclipped_fraction(noisy_centred_count: float, B: float) -> float:
-    """``b~ = clamp(noisy_centred_count / B + 1/2, 0, 1)``: the private estimate of the unclipped fraction.
+    r"""The private estimate :math:`\tilde b` of the unclipped fraction: ``clamp(noisy_centred_count / B + 1/2, 0, 1)``.
 
-    ``noisy_centred_count`` is ``sum_i (1[||g_i|| <= C] - 1/2) + N(0, sigma_b^2)``; clamping is post-processing.
+    ``noisy_centred_count`` is :math:`\sum_i(\mathbf 1[\lVert g_i\rVert \le C] - 1/2) + \mathcal N(0, \sigma_b^2)`;
+    clamping is post-processing.
 
         >>> unclipped_fraction(64 - 100 / 2, B=100)     # 64 of 100 examples unclipped, no noise
         0.64
@@ -59,7 +67,8 @@ def unclipped_fraction(noisy_centred_count: float, B: float) -> float:
 
 
 def geometric_update(C: float, b: float, p: float, eta_C: float) -> float:
-    """``C exp(-eta_C (b - p))``: grow C when fewer than a fraction p are unclipped, shrink it when more are.
+    r""":math:`C\exp(-\eta_C(b - p))`: grow :math:`C` when fewer than a fraction :math:`p` are unclipped, shrink it
+    when more are.
 
         >>> round(geometric_update(1.0, b=0.9, p=0.5, eta_C=0.2), 6)   # too many unclipped: shrink by e^-0.08
         0.923116
@@ -69,15 +78,20 @@ def geometric_update(C: float, b: float, p: float, eta_C: float) -> float:
 
 @register("adaclip")
 class AdaClip(ScaledSum):
-    """Andrew et al.'s adaptive clipping: C_t tracks the p-quantile of the per-sample norms (geometric update).
+    r"""Andrew et al.'s adaptive clipping: :math:`C_t` tracks the :math:`p`-quantile of the per-sample norms
+    (geometric update).
+
+    Weight :math:`\min(1, C_t/\lVert g\rVert)`, sensitivity :math:`C_t`, noise std :math:`\sigma_\Delta C_t` on the
+    gradient; the centred count has sensitivity 1/2 and noise std :math:`\sigma_b`. Together they cost DP-SGD at
+    :math:`\sigma`.
 
     Args:
-        sigma: the total noise multiplier (what the accountant sees), > 0.
-        p: target fraction of examples left unclipped, in [0, 1] (default 0.5).
-        eta_C: rate of the geometric update, >= 0 (default 0.2; 0 keeps C fixed).
-        C_0: initial threshold (default 1).
-        sigma_b: std of the noise on the centred unclipped count; ``None`` (default) means B/20, set by
-            :meth:`bind`. Must satisfy ``2 sigma_b > sigma``.
+        sigma: the total noise multiplier :math:`\sigma` (what the accountant sees), > 0.
+        p: target fraction :math:`p` of examples left unclipped, in [0, 1] (default 0.5).
+        eta_C: rate :math:`\eta_C` of the geometric update, >= 0 (default 0.2; 0 keeps :math:`C` fixed).
+        C_0: initial threshold :math:`C_0` (default 1).
+        sigma_b: std :math:`\sigma_b` of the noise on the centred unclipped count; ``None`` (default) means
+            :math:`B/20`, set by :meth:`bind`. Must satisfy :math:`2\sigma_b > \sigma`.
 
     Example:
         >>> m = AdaClip(sigma=1.0)
@@ -130,8 +144,9 @@ class AdaClip(ScaledSum):
         return self.C  # of the gradient sum
 
     def releases(self) -> tuple[Release, ...]:
-        """The clipped sum at sigma_Delta, and the centred unclipped count (sensitivity 1/2) with noise std sigma_b,
-        i.e. multiplier 2 sigma_b: together DP-SGD at sigma (Andrew et al., Sec. 3)."""
+        r"""The clipped sum at :math:`\sigma_\Delta`, and the centred unclipped count (sensitivity 1/2) with noise std
+        :math:`\sigma_b`, i.e. multiplier :math:`2\sigma_b`: together DP-SGD at :math:`\sigma` (Andrew et al.,
+        Sec. 3)."""
         if self.sigma_delta is None:
             raise RuntimeError("AdaClip: sigma_b defaults to B/20, so bind() (done by the engine) must come first")
         return (Release("gradient", self.C, self.sigma_delta),
@@ -158,7 +173,8 @@ class AdaClip(ScaledSum):
         return noisy_sum
 
     def released_fraction(self, acc: dict, noise: GaussianNoise) -> float:
-        """b~: the centred unclipped count plus N(0, sigma_b^2), over the expected B, clamped (post-processing)."""
+        r""":math:`\tilde b`: the centred unclipped count plus :math:`\mathcal N(0, \sigma_b^2)`, over the expected
+        :math:`B`, clamped (post-processing)."""
         centred = torch.tensor([int(acc["unclipped"]) - acc["n"] / 2], dtype=torch.float64,
                                device=noise.generator.device)
         std = self.releases()[1].noise_std  # sigma_b

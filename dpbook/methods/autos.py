@@ -1,12 +1,16 @@
 r"""Auto-S / NSGD (Bu et al. 2023; Yang et al. 2022): per-sample normalisation instead of clipping.
 
-    w <- w - (eta / B) * ( sum_{i in B_t} g_i / (||g_i|| + gamma) + sigma * N(0, I_d) )      (DP-PSASC paper, Eqs. 2-3)
+.. math::
 
-Every scaled gradient has norm ||g|| / (||g|| + gamma) < 1, so the sensitivity is 1 and the noise std is sigma.
-The clipping threshold C disappears into the learning rate (the "automatic" in Auto-S). Small gradients get
-weights up to 1/gamma: this is what DP-PSAC and DP-PSASC set out to temper (``psac.py``). Bu et al. call the
-stability constant gamma (default 0.01); the DP-PSASC paper calls it r and uses Table II's "Stable Parameter" r.
-The weight itself is :func:`dpbook.weights.autos_weight`.
+    w \leftarrow w - \frac{\eta}{B}\Big(\sum_{i\in\mathcal B_t}\frac{g_i}{\lVert g_i\rVert + \gamma}
+        + \sigma\,\mathcal N(0, I_d)\Big) \qquad\text{(DP-PSASC paper, Eqs. 2-3)}
+
+Every scaled gradient has norm :math:`\lVert g\rVert/(\lVert g\rVert + \gamma) < 1`, so the sensitivity is 1 and
+the noise std is :math:`\sigma`. The clipping threshold :math:`C` disappears into the learning rate (the
+"automatic" in Auto-S). Small gradients get weights up to :math:`1/\gamma`: this is what DP-PSAC and DP-PSASC set
+out to temper (``psac.py``). Bu et al. call the stability constant :math:`\gamma` (default 0.01); the DP-PSASC
+paper calls it :math:`r` and uses Table II's "Stable Parameter" :math:`r`. The weight itself is
+:func:`dpbook.weights.autos_weight`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from dpbook.methods.scenario import Scenario
 
 @register("autos")
 class AutoS(ScaledSum):
-    """Auto-S with stability constant ``gamma`` and noise multiplier ``sigma``: sensitivity 1, noise std sigma.
+    r"""Auto-S with stability constant ``gamma`` and noise multiplier ``sigma``.
+
+    Weight :math:`1/(\lVert g\rVert + \gamma)`, sensitivity 1 (the scaled norm
+    :math:`\lVert g\rVert/(\lVert g\rVert + \gamma)` stays below it), noise std :math:`\sigma`.
 
     Example:
         >>> m = AutoS(sigma=1.1)

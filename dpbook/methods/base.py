@@ -1,4 +1,4 @@
-"""The interface every private-step method implements, and the machinery they share.
+r"""The interface every private-step method implements, and the machinery they share.
 
 A private step (``book/hygiene.md``, "One private step") is, for every method:
 
@@ -10,7 +10,7 @@ A private step (``book/hygiene.md``, "One private step") is, for every method:
 ``release(acc, noise)``
     The noisy *sum*; the engine divides it by the expected B.
 ``advance()``
-    t <- t + 1: thresholds, bases and schedules move to the next step.
+    :math:`t \leftarrow t + 1`: thresholds, bases and schedules move to the next step.
 
 and every method declares:
 
@@ -19,7 +19,7 @@ and every method declares:
     data-independent L2 sensitivity and its noise multiplier (its noise std is their product). The first is the
     statistic the optimizer receives; DC-SGD adds its noisy histogram, AdaClip its noisy count, DPDR's decomposition
     steps their coefficients. The multiplier the accountant records for the step is derived from them
-    (:meth:`Method.noise_multiplier`, the composition ``sigma_eff``), never declared apart.
+    (:meth:`Method.noise_multiplier`, the composition :math:`\sigma_{\mathrm{eff}}`), never declared apart.
 ``state_dict()``
     Its state as tensors (thresholds, ranges, bases, momentum).
 ``diagnostics()``
@@ -103,7 +103,7 @@ class MicroBatch:
         return len(self.norms)
 
     def weighted_sum(self, weights: torch.Tensor) -> Iterable[torch.Tensor]:
-        """``sum_i w_i g_i`` for each parameter in order, from ``grads`` or from the Book-Keeping path's stored
+        r""":math:`\sum_i w_ig_i` for each parameter in order, from ``grads`` or from the Book-Keeping path's stored
         tensors (then one parameter at a time: add each into an accumulator, as :meth:`ScaledSum.accumulate`)."""
         return weighted_sum(self.grads, weights) if self.summed is None else self.summed(weights)
 
@@ -177,7 +177,8 @@ class Method(abc.ABC):
     #: differences, momenta over iterates. False when it needs only their norms and re-weighted sums
     #: (``mb.weighted_sum``), which the engine then gets without forming them (Book-Keeping).
     per_sample_vectors: ClassVar[bool] = True
-    #: True for a full-batch method (every step sees all N examples, q = 1), which a minibatch grid cannot run.
+    #: True for a full-batch method (every step sees all :math:`N` examples, :math:`q = 1`), which a minibatch grid
+    #: cannot run.
     full_batch: ClassVar[bool] = False
 
     def __init__(self) -> None:
@@ -188,12 +189,12 @@ class Method(abc.ABC):
 
     @classmethod
     def from_plan(cls, plan: TuningPlan, **hyperparameters) -> "Method":
-        """The method with the noise that ``plan`` (a calibrated run or search) gives every run.
+        r"""The method with the noise that ``plan`` (a calibrated run or search) gives every run.
 
         ``plan.sigma`` is the noise multiplier of a DP-SGD run of ``plan.steps`` steps at ``plan.sample_rate`` that
-        spends the budget under the plan's protocol. A method whose accounting is that of DP-SGD at sigma takes it
-        as is (this default); a method with another schedule or history overrides this (Du et al. need T; DPDR
-        calibrates sigma_g for its heterogeneous history).
+        spends the budget under the plan's protocol. A method whose accounting is that of DP-SGD at :math:`\sigma`
+        takes it as is (this default); a method with another schedule or history overrides this (Du et al. need
+        :math:`T`; DPDR calibrates :math:`\sigma_g` for its heterogeneous history).
 
         >>> from dpbook.tuning import tuning_plan
         >>> from dpbook.methods import make_method, METHODS
@@ -204,7 +205,7 @@ class Method(abc.ABC):
         return cls(sigma=plan.sigma, **hyperparameters)
 
     def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
-        """Called once by the engine: the trainable parameters and the expected batch size B."""
+        """Called once by the engine: the trainable parameters and the expected batch size :math:`B`."""
         self.d = sum(p.numel() for p in params)
         self.B = float(expected_batch_size)
 
@@ -214,9 +215,10 @@ class Method(abc.ABC):
         """The Gaussian releases of the coming step, the statistic the optimizer receives first."""
 
     def noise_multiplier(self) -> float:
-        """The multiplier the accountant records for the coming step, derived from :meth:`releases`: the releases
-        share one Poisson batch, so they are one subsampled Gaussian mechanism at ``sigma_eff`` of their
-        multipliers (privacy hygiene rule 4). No method overrides it."""
+        r"""The multiplier the accountant records for the coming step, derived from :meth:`releases`: the releases
+        share one Poisson batch, so they are one subsampled Gaussian mechanism at
+        :math:`\sigma_{\mathrm{eff}} = (\sum_j\sigma_j^{-2})^{-1/2}` of their multipliers :math:`\sigma_j` (privacy
+        hygiene rule 4). No method overrides it."""
         return sigma_eff(*(r.noise_multiplier for r in self.releases()))
 
     # --- the step -----------------------------------------------------------------------------------
@@ -230,7 +232,7 @@ class Method(abc.ABC):
 
     @abc.abstractmethod
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        """The noisy sum of contributions (the engine divides it by B)."""
+        """The noisy sum of contributions (the engine divides it by :math:`B`)."""
 
     def advance(self) -> None:
         """Move to the next step."""
@@ -257,10 +259,11 @@ class Method(abc.ABC):
 
 
 class ScaledSum(Method):
-    """The unified template of per-sample clipping and scaling (the DP-PSASC paper's Eqs. (1)-(6)).
+    r"""The unified template of per-sample clipping and scaling (the DP-PSASC paper's Eqs. (1)-(6)).
 
-    Every example contributes ``w(||g_i||) g_i`` with ``w(G) * G <= sensitivity()`` for every norm G, and the
-    release is ``sum_i w_i g_i + N(0, (sigma * sensitivity())^2 I)``, one :class:`Release` named ``"gradient"``.
+    Every example contributes :math:`w(\lVert g_i\rVert)\,g_i` with :math:`w(G)\,G \le \Delta` for every norm
+    :math:`G`, where :math:`\Delta` = ``sensitivity()``, and the release is
+    :math:`\sum_i w_ig_i + \mathcal N\big(0, (\sigma\Delta)^2I\big)`, one :class:`Release` named ``"gradient"``.
     Subclasses define :meth:`weights` and :meth:`sensitivity` (and set ``self.sigma``). Norms and a re-weighted sum
     are all it needs, so the engine never forms the per-sample gradients (Book-Keeping).
     """
@@ -270,14 +273,14 @@ class ScaledSum(Method):
 
     @abc.abstractmethod
     def sensitivity(self) -> float:
-        """``sup_G w(G) * G``: the L2 bound of one example's weighted gradient at the coming step."""
+        r""":math:`\Delta = \sup_G w(G)\,G`: the L2 bound of one example's weighted gradient at the coming step."""
 
     def releases(self) -> tuple[Release, ...]:
         return (Release("gradient", self.sensitivity(), self.sigma),)
 
     @abc.abstractmethod
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
-        """Per-example weights w_i from the unclipped norms ||g_i|| (shape (n,))."""
+        r"""Per-example weights :math:`w_i` from the unclipped norms :math:`\lVert g_i\rVert` (shape ``(n,)``)."""
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
         for s, c in zip(acc["sum"], mb.weighted_sum(self.weights(mb.norms))):

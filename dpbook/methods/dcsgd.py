@@ -1,48 +1,57 @@
-"""DC-SGD (Wei, Li, Gong, Chen, arXiv 2503.22988): dynamic clipping from a DP histogram of per-sample norms.
+r"""DC-SGD (Wei, Li, Gong, Chen, arXiv 2503.22988): dynamic clipping from a DP histogram of per-sample norms.
 
-Algorithm 1 (one step t, with the ids of the book's Readings chapter in brackets):
+Algorithm 1 (one step :math:`t`, with the ids of the book's Readings chapter in brackets):
 
-    g~_t = ( sum_{i in B_t} Clip(g_{t,i}, C_t) + N(0, sigma_T^2 C_t^2 I_d) ) / B    (l.8, sigma_T and C_t [DCSGD-3])
-    H~_t = BuildHistogram({||g_{t,i}||}, R_t, b, sigma_H)                          (l.10, unclipped norms [DCSGD-2])
-    C_{t+1}, R_{t+1} = Adaptive(H~_t, C_t, R_t, ...)                               (l.11: Alg. 3 "P" or Alg. 4 "E")
+.. math::
 
-    sigma_T = (sigma^-2 - sigma_H^-2)^(-1/2)                                       (Eq. 5, needs sigma_H > sigma)
+    \tilde g_t &= \frac1B\Big(\sum_{i\in\mathcal B_t}\mathrm{Clip}(g_{t,i}, C_t)
+        + \mathcal N(0, \sigma_T^2C_t^2I_d)\Big)
+        \qquad\text{(l.8, } \sigma_T \text{ and } C_t \text{ [DCSGD-3])},\\
+    \tilde H_t &= \mathrm{BuildHistogram}\big(\{\lVert g_{t,i}\rVert\}, R_t, b, \sigma_H\big)
+        \qquad\text{(l.10, unclipped norms [DCSGD-2])},\\
+    (C_{t+1}, R_{t+1}) &= \mathrm{Adaptive}(\tilde H_t, C_t, R_t, \ldots)
+        \qquad\text{(l.11: Alg. 3 "P" or Alg. 4 "E")},\\
+    \sigma_T &= \big(\sigma^{-2} - \sigma_H^{-2}\big)^{-1/2}
+        \qquad\text{(Eq. 5, needs } \sigma_H > \sigma\text{)}.
 
 The gradient and the histogram are released on the same Poisson batch: one Gaussian mechanism on the rescaled
-pair, with noise multiplier exactly sigma (Theorem 2). So the step declares two releases (``releases()``: the
-gradient at sigma_T, noise std ``sigma_T * C_t``, and the histogram at sigma_H), and the accountant sees their
-composition sigma_eff(sigma_T, sigma_H) = sigma (``noise_multiplier()``, up to rounding). The new threshold and
-range are computed in ``release`` from the NOISY histogram only (post-processing) and take effect at the next step
-(``advance``): re-clipping the current batch would break Theorem 2 and micro-batching (Sec. III-A).
+pair, with noise multiplier exactly :math:`\sigma` (Theorem 2). So the step declares two releases (``releases()``:
+the gradient at :math:`\sigma_T`, noise std :math:`\sigma_T C_t`, and the histogram at :math:`\sigma_H`), and the
+accountant sees their composition :math:`\sigma_{\mathrm{eff}}(\sigma_T, \sigma_H) = \sigma`
+(``noise_multiplier()``, up to rounding). The new threshold and range are computed in ``release`` from the NOISY
+histogram only (post-processing) and take effect at the next step (``advance``): re-clipping the current batch
+would break Theorem 2 and micro-batching (Sec. III-A).
 
 The threshold rules are plain functions of a histogram, so that the notebooks call exactly what the methods
 call, on synthetic norms and without a model:
 
-- :func:`percentile_threshold` (Algorithm 3, DC-SGD-P), with ``R_{t+1} = 2 C_{t+1}``;
+- :func:`percentile_threshold` (Algorithm 3, DC-SGD-P), with :math:`R_{t+1} = 2C_{t+1}`;
 - :func:`expected_errors` (Eq. 4 estimated from the histogram), :func:`expected_error_threshold` (Algorithm 4
   l.1-13, DC-SGD-E) and :func:`expected_error_range` (Algorithm 4 l.14-16);
 - :func:`expected_errors_from_norms` (Eq. 4 with the raw norms of a batch: non-private, for analysis only).
 
 Readings of the paper's gaps (ids of the book's Readings chapter, ``book/readings.md``):
 
-- [DCSGD-7] bin index ``min(b-1, floor(b G / R_t))``, overflow in the last bin (:mod:`dpbook.histogram`).
-- [DCSGD-9] a bin is represented by its midpoint ``(k + 1/2) R_t / b``.
-- [DCSGD-18] the noisy counts are used raw (they may be negative); the noisy total is guarded, ``S' = max(S', 1)``.
-  In Algorithm 3, when the running sum never reaches ``p S'`` (possible only when the raw total is below one
-  example), the loop ends at the last bin, as the pseudo-code's loop does.
+- [DCSGD-7] bin index :math:`\min(b-1, \lfloor bG/R_t\rfloor)`, overflow in the last bin (:mod:`dpbook.histogram`).
+- [DCSGD-9] a bin is represented by its midpoint :math:`(k + 1/2)R_t/b`.
+- [DCSGD-18] the noisy counts are used raw (they may be negative); the noisy total is guarded,
+  :math:`S' = \max(S', 1)`. In Algorithm 3, when the running sum never reaches :math:`pS'` (possible only when the
+  raw total is below one example), the loop ends at the last bin, as the pseudo-code's loop does.
 - [DCSGD-17] Algorithm 4's "while True" re-centring stops after ``max_repeats`` (20) re-centrings, or when the
   threshold reaches the positive floor ``min_threshold``; the step's diagnostics report ``E_capped = 1`` then
-  (and the module logs it at INFO level). The floor also bounds ``C_t`` and ``R_t`` of both rules from below.
-  A capped search means the noisy histogram is degenerate: its counts are dominated by noise (small B, large
-  sigma_H), the estimated error keeps falling as C' shrinks, and the boundary candidate would be a threshold
-  of about ``min_threshold`` that zeroes every gradient for the rest of training. DC-SGD-E then keeps its
-  previous threshold, ``C_{t+1} = C_t`` (our fallback: it depends on nothing but the released histogram, so it
-  is post-processing like the rule itself).
-- [DCSGD-13], [DCSGD-14] the range rules use the noisy ``S'`` and ``b`` (not the private ``|B_t|``) as
-  if/elif/else; with an odd ``b`` the right half starts at ``floor(b/2)``; [DCSGD-15] E's range follows
-  Algorithm 4 (no ``R = 2C``).
-- [DCSGD-16] P keeps the paper's ``R_0 = 1`` (it caps ``C_1`` at ``(b - 1/2)/b``); E uses ``R_0 = b``.
-- [DCSGD-11] Eq. 4's variance uses sigma_T, the expected batch size B and d = the number of trainable parameters.
+  (and the module logs it at INFO level). The floor also bounds :math:`C_t` and :math:`R_t` of both rules from
+  below. A capped search means the noisy histogram is degenerate: its counts are dominated by noise (small
+  :math:`B`, large :math:`\sigma_H`), the estimated error keeps falling as :math:`C'` shrinks, and the boundary
+  candidate would be a threshold of about ``min_threshold`` that zeroes every gradient for the rest of training.
+  DC-SGD-E then keeps its previous threshold, :math:`C_{t+1} = C_t` (our fallback: it depends on nothing but the
+  released histogram, so it is post-processing like the rule itself).
+- [DCSGD-13], [DCSGD-14] the range rules use the noisy :math:`S'` and :math:`b` (not the private
+  :math:`|\mathcal B_t|`) as if/elif/else; with an odd :math:`b` the right half starts at :math:`\lfloor b/2\rfloor`;
+  [DCSGD-15] E's range follows Algorithm 4 (no :math:`R = 2C`).
+- [DCSGD-16] P keeps the paper's :math:`R_0 = 1` (it caps :math:`C_1` at :math:`(b - 1/2)/b`); E uses
+  :math:`R_0 = b`.
+- [DCSGD-11] Eq. 4's variance uses :math:`\sigma_T`, the expected batch size :math:`B` and :math:`d`, the number of
+  trainable parameters.
 
 Example (one step of DC-SGD-E through the engine):
 
@@ -95,10 +104,10 @@ N_CANDIDATES = 20  # Algorithm 4 l.5: {i C / 10 : i = 1..20} = 0.1 C, 0.2 C, ...
 # --------------------------------------------------------------------------------------------------------------
 
 def percentile_threshold(H, R: float, p: float) -> float:
-    """Algorithm 3 l.1-6: the midpoint of the first bin where the running noisy count reaches ``p S'``.
+    r"""Algorithm 3 l.1-6: the midpoint of the first bin where the running noisy count reaches :math:`pS'`.
 
-    ``H`` is the (noisy) histogram over ``[0, R)`` with overflow in the last bin; ``p`` in (0, 1) is the
-    fraction of examples to leave unclipped [DCSGD-8]. The caller sets ``R_{t+1} = 2 C_{t+1}`` (l.7).
+    ``H`` is the (noisy) histogram over :math:`[0, R)` with overflow in the last bin; ``p`` in :math:`(0, 1)` is the
+    fraction of examples to leave unclipped [DCSGD-8]. The caller sets :math:`R_{t+1} = 2C_{t+1}` (l.7).
 
         >>> percentile_threshold([1, 1, 1, 1], R=4.0, p=0.5)   # S reaches 0.5 * 4 in bin 1, midpoint 1.5
         1.5
@@ -120,7 +129,7 @@ def percentile_threshold(H, R: float, p: float) -> float:
 # --------------------------------------------------------------------------------------------------------------
 
 def candidate_thresholds(C: float) -> np.ndarray:
-    """Algorithm 4 l.5: the 20 candidates ``{i C / 10 : i = 1..20}`` = 0.1 C, ..., 2.0 C.
+    r"""Algorithm 4 l.5: the 20 candidates :math:`\{iC/10 : i = 1, \ldots, 20\} = \{0.1C, \ldots, 2.0C\}`.
 
         >>> candidate_thresholds(1.0)[[0, 9, 19]].tolist()
         [0.1, 1.0, 2.0]
@@ -129,12 +138,16 @@ def candidate_thresholds(C: float) -> np.ndarray:
 
 
 def expected_errors(H, R: float, C, *, sigma_T: float, B: float, d: int) -> np.ndarray:
-    """Eq. 4 estimated from the histogram (Algorithm 4 l.7-9) at each threshold of ``C``::
+    r"""Eq. 4 estimated from the histogram (Algorithm 4 l.7-9) at each threshold :math:`C'` of ``C``:
 
-        E(C') = sigma_T^2 C'^2 d / B^2  +  (1/S') sum_k H~[k] max(m_k - C', 0)^2
-                 variance (l.8) [DCSGD-11]        clipping bias (l.7, the paper's "B" [DCSGD-10]), midpoints m_k
+    .. math::
 
-    With non-negative counts this is a convex function of C' (a sum of convex functions).
+        E(C') = \underbrace{\frac{\sigma_T^2C'^2d}{B^2}}_{\text{variance (l.8) [DCSGD-11]}}
+            + \underbrace{\frac1{S'}\sum_k\tilde H[k]\max(m_k - C', 0)^2}_{
+                \text{clipping bias (l.7, the paper's "B" [DCSGD-10])}}
+
+    with the bin midpoints :math:`m_k`. With non-negative counts this is a convex function of :math:`C'` (a sum of
+    convex functions).
 
         >>> expected_errors([0, 0, 4, 0], R=4.0, C=[1.0, 2.5, 3.0], sigma_T=1.0, B=2.0, d=4).tolist()
         [3.25, 6.25, 9.0]
@@ -148,9 +161,11 @@ def expected_errors(H, R: float, C, *, sigma_T: float, B: float, d: int) -> np.n
 
 
 def expected_errors_from_norms(norms, C, *, sigma_T: float, B: float, d: int) -> np.ndarray:
-    """Eq. 4 with the raw norms of one batch (non-private: for plots and tests, never for training)::
+    r"""Eq. 4 with the raw norms of one batch (non-private: for plots and tests, never for training):
 
-        E(C') = sigma_T^2 C'^2 d / B^2 + (1/|B_t|) sum_j max(||g_j|| - C', 0)^2
+    .. math::
+
+        E(C') = \frac{\sigma_T^2C'^2d}{B^2} + \frac1{|\mathcal B_t|}\sum_j\max(\lVert g_j\rVert - C', 0)^2
 
     The paper's "true" curves of Figs. 3 and 4. An empty batch has no bias term.
     """
@@ -172,12 +187,13 @@ class ThresholdSearch(NamedTuple):
 
 def expected_error_threshold(H, C: float, R: float, *, sigma_T: float, B: float, d: int, max_repeats: int = 20,
                              min_threshold: float = 1e-8) -> ThresholdSearch:
-    """Algorithm 4 l.1-13: the argmin of :func:`expected_errors` over the candidates around ``C``, re-centred.
+    r"""Algorithm 4 l.1-13: the argmin of :func:`expected_errors` over the candidates around ``C``, re-centred.
 
-    When the argmin is a boundary candidate (0.1 C or 2 C) it becomes the new centre and the search repeats
-    (l.11): x10 down or x2 up per repeat. The paper's loop has no exit other than an interior argmin; with
-    negative noisy counts it can shrink forever, so it stops after ``max_repeats`` re-centrings or once the
-    threshold reaches the positive floor ``min_threshold`` [DCSGD-17]. Ties go to the smallest candidate.
+    When the argmin is a boundary candidate (:math:`0.1C` or :math:`2C`) it becomes the new centre and the search
+    repeats (l.11): :math:`\times 10` down or :math:`\times 2` up per repeat. The paper's loop has no exit other than
+    an interior argmin; with negative noisy counts it can shrink forever, so it stops after ``max_repeats``
+    re-centrings or once the threshold reaches the positive floor ``min_threshold`` [DCSGD-17]. Ties go to the
+    smallest candidate.
 
         >>> H = [0, 0, 0, 0, 0, 0, 0, 0, 256, 0]     # 256 norms in [8, 9): E(C') is least near 8.37
         >>> expected_error_threshold(H, C=1.0, R=10.0, sigma_T=1.0, B=256, d=1000)  # 1 -> 2 -> 4 -> 8, then 8.8
@@ -202,11 +218,16 @@ def expected_error_threshold(H, C: float, R: float, *, sigma_T: float, B: float,
 
 
 def expected_error_range(H, R: float) -> float:
-    """Algorithm 4 l.14-16, the "cautious" range update, on the noisy histogram only [DCSGD-13, DCSGD-14]:
+    r"""Algorithm 4 l.14-16, the "cautious" range update, on the noisy histogram only [DCSGD-13, DCSGD-14]:
 
-        if H~[b-1] >= S'/2:                    R_{t+1} = 2 R_t      (too many outliers)
-        elif sum_{k >= floor(b/2)} H~[k] <= S'/b: R_{t+1} = R_t / 2  (right half almost empty)
-        else:                                  R_{t+1} = R_t
+        .. math::
+
+            R_{t+1} = \begin{cases}
+                2R_t & \text{if } \tilde H[b-1] \ge S'/2 \quad\text{(too many outliers)},\\
+                R_t/2 & \text{else if } \sum_{k\ge\lfloor b/2\rfloor}\tilde H[k] \le S'/b
+                    \quad\text{(right half almost empty)},\\
+                R_t & \text{otherwise}.
+            \end{cases}
 
         >>> expected_error_range([0, 0, 1, 9], R=4.0), expected_error_range([9, 1, 0, 0], R=4.0)
         (8.0, 2.0)
@@ -222,11 +243,12 @@ def expected_error_range(H, R: float) -> float:
 
 
 def paper_sigma_H(sigma: float) -> float:
-    """The paper's histogram noise multiplier for a total multiplier ``sigma`` (Sec. V-C, VI-B; [DCSGD-38]).
+    r"""The paper's histogram noise multiplier :math:`\sigma_H` for a total multiplier ``sigma`` (Sec. V-C, VI-B;
+    [DCSGD-38]).
 
-    5 (the default, for the usual sigma < 1.2 and, by our reading, up to sigma < 2), 8 for 2 <= sigma <= 3 and 12
-    for sigma > 3. The paper states the 8/12 override for DC-SGD-P; we read it for E as well. Beyond sigma = 12
-    there is no rule (sigma_H must exceed sigma).
+    5 (the default, for the usual :math:`\sigma < 1.2` and, by our reading, up to :math:`\sigma < 2`), 8 for
+    :math:`2 \le \sigma \le 3` and 12 for :math:`\sigma > 3`. The paper states the 8/12 override for DC-SGD-P; we read
+    it for E as well. Beyond :math:`\sigma = 12` there is no rule (:math:`\sigma_H` must exceed :math:`\sigma`).
 
         >>> [paper_sigma_H(s) for s in (1.0, 2.5, 4.0)]
         [5.0, 8.0, 12.0]
@@ -235,18 +257,21 @@ def paper_sigma_H(sigma: float) -> float:
     return 5.0 if sigma < 2 else 8.0 if sigma <= 3 else 12.0
 
 
-#: The largest growth of sigma_T over sigma that :func:`run_sigma_H` accepts from the paper's rule.
+#: The largest growth of :math:`\sigma_T` over :math:`\sigma` that :func:`run_sigma_H` accepts from the paper's rule.
 SIGMA_T_GROWTH = 1.1
 
 
 def run_sigma_H(sigma: float) -> float:
-    """sigma_H for a run at total multiplier sigma: the paper's rule, extended where it stops making sense [DCSGD-38].
+    r""":math:`\sigma_H` for a run at total multiplier :math:`\sigma`: the paper's rule, extended where it stops making
+    sense [DCSGD-38].
 
-    :func:`paper_sigma_H` keeps sigma_T within 10% of sigma for every sigma up to about 5 (its largest value,
-    12, gives sigma_T = 1.10 sigma at sigma = 5), which covers the paper's experiments. Above, the rule would let
-    sigma_T grow without bound (at sigma = 11, sigma_H = 12 gives sigma_T = 2.5 sigma) and fails for sigma >= 12.
-    There we follow the paper's own principle, "choose sigma_H so that sigma_T barely grows" (Fig. 7), and take
-    the sigma_H that makes sigma_T = 1.1 sigma exactly: sigma / sqrt(1 - 1/1.1^2), about 2.4 sigma (our choice).
+    :func:`paper_sigma_H` keeps :math:`\sigma_T` within 10% of :math:`\sigma` for every :math:`\sigma` up to about 5
+    (its largest value, 12, gives :math:`\sigma_T = 1.10\,\sigma` at :math:`\sigma = 5`), which covers the paper's
+    experiments. Above, the rule would let :math:`\sigma_T` grow without bound (at :math:`\sigma = 11`,
+    :math:`\sigma_H = 12` gives :math:`\sigma_T = 2.5\,\sigma`) and fails for :math:`\sigma \ge 12`. There we follow
+    the paper's own principle, "choose :math:`\sigma_H` so that :math:`\sigma_T` barely grows" (Fig. 7), and take the
+    :math:`\sigma_H` that makes :math:`\sigma_T = 1.1\,\sigma` exactly: :math:`\sigma/\sqrt{1 - 1/1.1^2}`, about
+    :math:`2.4\,\sigma` (our choice).
 
         >>> [round(run_sigma_H(s), 3) for s in (1.0, 2.5, 4.0, 8.0)]
         [5.0, 8.0, 12.0, 19.203]
@@ -264,23 +289,30 @@ def run_sigma_H(sigma: float) -> float:
 # --------------------------------------------------------------------------------------------------------------
 
 class DCSGD(ScaledSum):
-    """Algorithm 1, shared by DC-SGD-P and DC-SGD-E; a subclass defines the threshold rule :meth:`adapt` only.
+    r"""Algorithm 1, shared by DC-SGD-P and DC-SGD-E; a subclass defines the threshold rule :meth:`adapt` only.
+
+    Weight :math:`\min(1, C_t/\lVert g\rVert)`, sensitivity :math:`C_t`, noise std :math:`\sigma_T C_t` on the
+    gradient; the histogram has sensitivity 1 and noise std :math:`\sigma_H`. Together they cost DP-SGD at
+    :math:`\sigma`.
 
     Args:
-        sigma: the total noise multiplier sigma (what the accountant sees), > 0.
-        sigma_H: the histogram's noise multiplier, > sigma (default 5, the paper's; see :func:`paper_sigma_H`).
-        b: number of histogram bins, >= 2 (default 20).
-        C_0: initial clipping threshold (default 1).
-        R_0: initial histogram range (default: the rule's, 1 for P and b for E).
-        min_threshold: positive floor of C_t and R_t (post-processing, privacy-neutral) [DCSGD-17].
+        sigma: the total noise multiplier :math:`\sigma` (what the accountant sees), > 0.
+        sigma_H: the histogram's noise multiplier :math:`\sigma_H > \sigma` (default 5, the paper's; see
+            :func:`paper_sigma_H`).
+        b: number :math:`b` of histogram bins, >= 2 (default 20).
+        C_0: initial clipping threshold :math:`C_0` (default 1).
+        R_0: initial histogram range :math:`R_0` (default: the rule's, 1 for P and :math:`b` for E).
+        min_threshold: positive floor of :math:`C_t` and :math:`R_t` (post-processing, privacy-neutral) [DCSGD-17].
 
-    State (all in :meth:`state_dict`): the step t, the threshold C_t and range R_t of the coming step, and the
-    last released noisy histogram with the C and R it was built at (``last_release``).
+    State (all in :meth:`state_dict`): the step :math:`t`, the threshold :math:`C_t` and range :math:`R_t` of the
+    coming step, and the last released noisy histogram with the :math:`C` and :math:`R` it was built at
+    (``last_release``).
     """
 
     @classmethod
     def from_plan(cls, plan, **hyperparameters) -> "DCSGD":
-        """At the plan's sigma; sigma_H, unless given, follows :func:`run_sigma_H` (the paper's rule [DCSGD-38])."""
+        r"""At the plan's :math:`\sigma`; :math:`\sigma_H`, unless given, follows :func:`run_sigma_H` (the paper's rule
+        [DCSGD-38])."""
         hyperparameters.setdefault("sigma_H", run_sigma_H(plan.sigma))
         return cls(sigma=plan.sigma, **hyperparameters)
 
@@ -305,12 +337,12 @@ class DCSGD(ScaledSum):
 
     @abc.abstractmethod
     def default_R_0(self) -> float:
-        """The paper's initial range R_0 of the rule."""
+        """The paper's initial range :math:`R_0` of the rule."""
 
     @abc.abstractmethod
     def adapt(self, H: np.ndarray) -> tuple[float, float, dict[str, float]]:
-        """``(C_{t+1}, R_{t+1}, diagnostics)`` from the noisy histogram ``H`` built over ``[0, R_t)``, both at least
-        ``min_threshold`` [DCSGD-17]."""
+        """``(C_next, R_next, diagnostics)``: :math:`C_{t+1}` and :math:`R_{t+1}` from the noisy histogram ``H`` built
+        over :math:`[0, R_t)`, both at least ``min_threshold`` [DCSGD-17]."""
 
     # --- declarations -------------------------------------------------------------------------------
     def weights(self, norms: torch.Tensor) -> torch.Tensor:
@@ -320,9 +352,9 @@ class DCSGD(ScaledSum):
         return self.C  # of the gradient sum
 
     def releases(self) -> tuple[Release, ...]:
-        """The clipped sum at sigma_T (Alg. 1 l.8 [DCSGD-3]) and the histogram at sigma_H (Alg. 2 l.5; one example
-        moves one count by one). Together they cost exactly DP-SGD at sigma (Theorem 2): sigma_eff(sigma_T, sigma_H)
-        = sigma, up to rounding."""
+        r"""The clipped sum at :math:`\sigma_T` (Alg. 1 l.8 [DCSGD-3]) and the histogram at :math:`\sigma_H` (Alg. 2
+        l.5; one example moves one count by one). Together they cost exactly DP-SGD at :math:`\sigma` (Theorem 2):
+        :math:`\sigma_{\mathrm{eff}}(\sigma_T, \sigma_H) = \sigma`, up to rounding."""
         return (Release("gradient", self.C, self.sigma_T),
                 Release("histogram", HISTOGRAM_SENSITIVITY, self.sigma_H, in_gradient=False))
 
@@ -374,7 +406,7 @@ class DCSGD(ScaledSum):
         self._next, self._step_info = None, {}
 
     def diagnostics(self) -> dict[str, float]:
-        """``C`` and ``R`` (during a step: the ones used by it), the last noisy histogram's total ``S'`` and
+        """``C`` and ``R`` (during a step: the ones used by it), the last noisy histogram's total :math:`S'` and
         overflow count (public), and during a step ``C_next``, ``R_next`` and the rule's own numbers;
         :meth:`nonprivate_diagnostics` gives the exact (non-private) count of unclipped examples."""
         out = {"C": self.C, "R": self.R, "sigma_T": self.sigma_T}
@@ -388,11 +420,13 @@ class DCSGD(ScaledSum):
 
 @register("dcsgd-p")
 class DCSGDP(DCSGD):
-    """DC-SGD-P (Algorithm 3): ``C_{t+1}`` = the noisy histogram's p-quantile bin midpoint, ``R_{t+1} = 2 C_{t+1}``.
+    r"""DC-SGD-P (Algorithm 3): :math:`C_{t+1}` = the noisy histogram's :math:`p`-quantile bin midpoint,
+    :math:`R_{t+1} = 2C_{t+1}`.
 
-    One hyperparameter, ``p`` in (0, 1), the fraction of examples left unclipped (paper grid 0.1, ..., 0.9) [DCSGD-8].
-    Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = 1`` [DCSGD-16]. Once ``R_t = 2 C_t``,
-    each step multiplies C by one of (2k + 1)/b, i.e. between 0.05 and 1.95 for b = 20.
+    One hyperparameter, ``p`` in :math:`(0, 1)`, the fraction of examples left unclipped (paper grid 0.1, ..., 0.9)
+    [DCSGD-8]. Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = 1`` [DCSGD-16]. Once
+    :math:`R_t = 2C_t`, each step multiplies :math:`C` by one of :math:`(2k + 1)/b`, i.e. between 0.05 and 1.95 for
+    :math:`b = 20`.
 
     Example:
         >>> m = DCSGDP(sigma=1.0, p=0.5)
@@ -426,11 +460,12 @@ class DCSGDP(DCSGD):
 
 @register("dcsgd-e")
 class DCSGDE(DCSGD):
-    """DC-SGD-E (Algorithm 4): ``C_{t+1}`` minimises the expected squared error (Eq. 4) estimated from the histogram.
+    r"""DC-SGD-E (Algorithm 4): :math:`C_{t+1}` minimises the expected squared error (Eq. 4) estimated from the
+    histogram.
 
     No hyperparameter to tune. Defaults from the paper: ``C_0 = 1``, ``sigma_H = 5``, ``b = 20``, ``R_0 = b``.
-    The variance term uses sigma_T, the expected batch size B and the number d of trainable parameters, all
-    set by :meth:`bind`. ``max_repeats`` caps the re-centring loop [DCSGD-17].
+    The variance term uses :math:`\sigma_T`, the expected batch size :math:`B` and the number :math:`d` of trainable
+    parameters, all set by :meth:`bind`. ``max_repeats`` caps the re-centring loop [DCSGD-17].
 
     Example:
         >>> m = DCSGDE(sigma=1.0)

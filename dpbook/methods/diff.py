@@ -1,40 +1,53 @@
 r"""Privatising gradient *differences*: DIFF (the DPDR paper's strawman, Eq. (1)) and DIFF2 (Murata & Suzuki, 2023).
 
 Both release, at most steps, a clipped and noised *difference* and add back an estimate that was already released
-(post-processing), so the sensitivity is the difference's clipping bound ``C_d``. Both keep that estimate as state.
-They differ in *what* is subtracted.
+(post-processing), so the sensitivity is the difference's clipping bound :math:`C_d`. Both keep that estimate as
+state. They differ in *what* is subtracted.
 
-**DIFF** (DPDR paper, Sec. 4.1, Eq. (1), with the noise inside the 1/B and the sum over the Poisson batch [DPDR-6]):
-subtract the previous *released* gradient from each per-sample gradient::
+**DIFF** (DPDR paper, Sec. 4.1, Eq. (1), with the noise inside the :math:`1/B` and the sum over the Poisson batch
+[DPDR-6]): subtract the previous *released* gradient from each per-sample gradient:
 
-    t = 1:   g~_1 = ( sum_i Clip(g_i, C_g) + N(0, sigma^2 C_g^2 I) ) / B                 (DP-SGD; no g~_0 exists)
-    t >= 2:  g~_t = ( sum_i Clip(g_i - g~_{t-1}, C_d) + N(0, sigma^2 C_d^2 I) ) / B + g~_{t-1}      Eq. (1)
+.. math::
+
+    t = 1&: \quad \tilde g_1 = \frac1B\Big(\sum_i\mathrm{Clip}(g_i, C_g) + \mathcal N(0, \sigma^2C_g^2I)\Big)
+        \qquad\text{(DP-SGD; no } \tilde g_0 \text{ exists)},\\
+    t \ge 2&: \quad \tilde g_t = \frac1B\Big(\sum_i\mathrm{Clip}(g_i - \tilde g_{t-1}, C_d)
+        + \mathcal N(0, \sigma^2C_d^2I)\Big) + \tilde g_{t-1} \qquad\text{(Eq. (1))}.
 
 The paper says neither how step 1 is done nor whether DIFF runs on every step. Our reading: step 1 is DP-SGD
-with ``C_g`` (default ``C_g = C_d``), and DIFF runs on every later step, at one ``sigma``. Per-sample residual norms
-come from inner products, as in DPDR: ``||g_i - v||^2 = ||g_i||^2 - 2 <g_i, v> + ||v||^2`` and
-``sum_i c_i (g_i - v) = sum_i c_i g_i - (sum_i c_i) v`` (no per-sample residual tensor; the same rounding slack
+with :math:`C_g` (default :math:`C_g = C_d`), and DIFF runs on every later step, at one :math:`\sigma`. Per-sample
+residual norms come from inner products, as in DPDR:
+:math:`\lVert g_i - v\rVert^2 = \lVert g_i\rVert^2 - 2\langle g_i, v\rangle + \lVert v\rVert^2` and
+:math:`\sum_i c_i(g_i - v) = \sum_i c_ig_i - (\sum_i c_i)v` (no per-sample residual tensor; the same rounding slack
 as :mod:`dpbook.methods.dpdr` guards the cancellation).
 
 **DIFF2** (Murata & Suzuki, ICML 2023). The DPDR paper gives no formula for it. It says only (Sec. 2) that this
 work "proposes adding noises to the difference of consecutive sanitize[d] gradients on the same batch", that it
 "performs well on low dimension datasets", and that "the calculation cost doubles for gradient recomputing". We
 implement a running estimator refreshed by DP-SGD every ``restart_every`` steps, our reading of Murata & Suzuki
-(whose paper we could not consult offline)::
+(whose paper we could not consult offline). On restart steps :math:`t = 1, 1 + R, 1 + 2R, \ldots`:
 
-    restart steps (t = 1, 1 + R, 1 + 2R, ...):
-        v_t = ( sum_i Clip(grad l(w_t; x_i), C_g) + N(0, sigma_restart^2 C_g^2 I) ) / B
-    other steps:
-        v_t = v_{t-1} + ( sum_i Clip(grad l(w_t; x_i) - grad l(w_{t-1}; x_i), C_d) + N(0, sigma^2 C_d^2 I) ) / B
-    w_{t+1} = optimizer(w_t, v_t)
+.. math::
 
-Both gradients of a difference are taken on the *same* Poisson batch of step t (one release, sensitivity C_d), at
-the current and at the previous iterate (``MicroBatch.grads_at``): twice the gradient work of DP-SGD, as the DPDR
-paper says. What is left open, and made a hyperparameter here [DPDR-25]: the restart period R (``restart_every``), the
-noise of the restarts against that of the differences (``sigma_restart``; :meth:`DIFF2.from_plan` takes their
-ratio and calibrates both to the budget for the run's exact heterogeneous history) and the clipping bound at
-restarts (``C_g``, default ``C_d``). DIFF2 was designed for full-batch distributed learning; this is its
-single-machine, Poisson-minibatch form.
+    v_t = \frac1B\Big(\sum_i\mathrm{Clip}\big(\nabla\ell(w_t; x_i), C_g\big)
+        + \mathcal N(0, \sigma_{\mathrm{restart}}^2C_g^2I)\Big),
+
+on the other steps:
+
+.. math::
+
+    v_t = v_{t-1} + \frac1B\Big(\sum_i\mathrm{Clip}\big(\nabla\ell(w_t; x_i) - \nabla\ell(w_{t-1}; x_i), C_d\big)
+        + \mathcal N(0, \sigma^2C_d^2I)\Big),
+
+and :math:`w_{t+1} = \mathrm{optimizer}(w_t, v_t)`.
+
+Both gradients of a difference are taken on the *same* Poisson batch of step :math:`t` (one release, sensitivity
+:math:`C_d`), at the current and at the previous iterate (``MicroBatch.grads_at``): twice the gradient work of
+DP-SGD, as the DPDR paper says. What is left open, and made a hyperparameter here [DPDR-25]: the restart period
+:math:`R` (``restart_every``), the noise of the restarts against that of the differences (``sigma_restart``;
+:meth:`DIFF2.from_plan` takes their ratio and calibrates both to the budget for the run's exact heterogeneous
+history) and the clipping bound at restarts (``C_g``, default ``C_d``). DIFF2 was designed for full-batch
+distributed learning; this is its single-machine, Poisson-minibatch form.
 """
 
 from __future__ import annotations
@@ -160,14 +173,18 @@ def _prepare_diff2(method: "DIFF2", grads: Grads) -> None:
 
 @register("diff")
 class DIFF(_DifferenceMethod):
-    r"""DIFF, the DPDR paper's strawman (Eq. (1)): clip and noise ``g_i - g~_{t-1}``, then add ``g~_{t-1}`` back.
+    r"""DIFF, the DPDR paper's strawman (Eq. (1)): clip and noise :math:`g_i - \tilde g_{t-1}`, then add
+    :math:`\tilde g_{t-1}` back.
+
+    Sensitivity :math:`C_d`, noise std :math:`\sigma C_d` (at step 1, DP-SGD's: :math:`C_g` and :math:`\sigma C_g`).
 
     Args:
-        C_d: clipping bound of the residuals ``g_i - g~_{t-1}`` (the paper tunes it in [0.001, 1]).
-        sigma: noise multiplier, the same at every step.
-        C_g: clipping bound of step 1 (DP-SGD; default ``C_d``).
+        C_d: clipping bound :math:`C_d` of the residuals :math:`g_i - \tilde g_{t-1}` (the paper tunes it in
+            [0.001, 1]).
+        sigma: noise multiplier :math:`\sigma`, the same at every step.
+        C_g: clipping bound :math:`C_g` of step 1 (DP-SGD; default ``C_d``).
 
-    State: ``t`` and ``previous`` = g~_{t-1} (the released gradient, divided by B).
+    State: ``t`` and ``previous`` = :math:`\tilde g_{t-1}` (the released gradient, divided by :math:`B`).
 
     >>> from torch import nn
     >>> from dpbook.optim import DPOptimizer
@@ -245,17 +262,23 @@ class DIFF2(_DifferenceMethod):
     r"""DIFF2 (Murata & Suzuki, 2023): a running estimator of the gradient, updated by privatised differences of
     per-sample gradients at consecutive iterates on the same batch, and reset by DP-SGD every ``restart_every`` steps.
 
+    Sensitivity :math:`C_d` and noise std :math:`\sigma C_d` on difference steps; :math:`C_g` and
+    :math:`\sigma_{\mathrm{restart}}C_g` on restart steps.
+
     Args:
-        C_d: clipping bound of ``grad l(w_t; x_i) - grad l(w_{t-1}; x_i)`` (the paper tunes it in [0.001, 1]).
-        sigma: noise multiplier of the difference steps.
-        C_g: clipping bound of the restart (DP-SGD) steps (default ``C_d``).
-        restart_every: R, steps between restarts (1, 1 + R, 1 + 2R, ...); default 50; ``None``: only step 1 [DPDR-25].
-        sigma_restart: noise multiplier of the restart steps (default ``sigma``: every step costs the same) [DPDR-25].
+        C_d: clipping bound :math:`C_d` of :math:`\nabla\ell(w_t; x_i) - \nabla\ell(w_{t-1}; x_i)` (the paper tunes
+            it in [0.001, 1]).
+        sigma: noise multiplier :math:`\sigma` of the difference steps.
+        C_g: clipping bound :math:`C_g` of the restart (DP-SGD) steps (default ``C_d``).
+        restart_every: :math:`R`, steps between restarts (:math:`1, 1 + R, 1 + 2R, \ldots`); default 50; ``None``:
+            only step 1 [DPDR-25].
+        sigma_restart: noise multiplier :math:`\sigma_{\mathrm{restart}}` of the restart steps (default ``sigma``:
+            every step costs the same) [DPDR-25].
 
     Each step is accounted at its own multiplier. :meth:`from_plan` sets both for a budget.
 
-    State: ``t``, ``previous`` = v_{t-1} (the released estimate, divided by B) and ``w_previous`` (the parameters at
-    which the previous step's gradients were taken).
+    State: ``t``, ``previous`` = :math:`v_{t-1}` (the released estimate, divided by :math:`B`) and ``w_previous``
+    (the parameters at which the previous step's gradients were taken).
 
     >>> from torch import nn
     >>> from dpbook.optim import DPOptimizer
@@ -289,7 +312,7 @@ class DIFF2(_DifferenceMethod):
     def from_plan(cls, plan, *, restart_noise_ratio: float = 1.0, **hyperparameters) -> "DIFF2":
         r"""DIFF2 spending what ``plan`` charges one run, with ``sigma_restart = restart_noise_ratio * sigma``.
 
-        A ratio of 1 is DP-SGD's history: ``sigma = plan.sigma``. Otherwise sigma is calibrated
+        A ratio of 1 is DP-SGD's history: ``sigma = plan.sigma``. Otherwise :math:`\sigma` is calibrated
         (:func:`dpbook.accounting.calibrate`) so that the run's exact history (:func:`diff2_history`), composed
         as the plan's protocol charges it, spends at most the plan's budget. A ratio below 1 gives the restarts,
         which carry the whole gradient, less noise and the differences more.
@@ -354,9 +377,9 @@ class DIFF2(_DifferenceMethod):
 
 def diff2_history(*, sigma: float, sigma_restart: float, restart_every: int | None, sample_rate: float,
                   steps: int) -> list[tuple[float, float, int]]:
-    r"""The accountant's history of a DIFF2 run of ``steps`` = T steps: its restarts (steps 1, 1 + R, ...) at
-    ``sigma_restart`` and its difference steps at ``sigma`` (empty segments dropped; the order of the steps does not
-    change what they cost).
+    r"""The accountant's history of a DIFF2 run of ``steps`` = :math:`T` steps: its restarts (steps
+    :math:`1, 1 + R, \ldots`) at ``sigma_restart`` and its difference steps at ``sigma`` (empty segments dropped; the
+    order of the steps does not change what they cost).
 
     >>> diff2_history(sigma=1.2, sigma_restart=0.6, restart_every=5, sample_rate=0.01, steps=12)
     [(0.6, 0.01, 3), (1.2, 0.01, 9)]

@@ -1,9 +1,9 @@
 r"""DPDR (Liu et al., 2024): gradient Decomposition against the previous noisy gradient, and Reconstruction.
 
 Algorithm 1 of the paper, as read by this book (ids ``DPDR-n`` of ``book/readings.md``). The
-"layers" are the model's parameter tensors (weight and bias apart) [DPDR-10]; ``m`` is their number, ``b^(l)`` the
-unit direction of layer ``l`` of the previous *released* gradient, and the engine divides the release by the
-expected batch size B [DPDR-5]::
+"layers" are the model's parameter tensors (weight and bias apart) [DPDR-10]; :math:`m` is their number,
+:math:`b^{(l)}` the unit direction of layer :math:`l` of the previous *released* gradient, and the engine divides
+the release by the expected batch size :math:`B` [DPDR-5]. The pseudo-code::
 
     for t = 1..T:
         if 2 <= t <= s:                                           # a GDR step (s - 1 of them) [DPDR-9]
@@ -19,25 +19,29 @@ expected batch size B [DPDR-5]::
         w <- optimizer(w, g~ / B)                                  (the engine)
         if t < s: b^(l) = g~^(l) / ||g~^(l)||                      post-processing; also after step 1 [DPDR-8]
 
-**Efficient implementation** (derived here). Because ``||b^(l)|| = 1``, only per-sample layer norms and inner
-products with ``b`` are needed; no per-sample orthogonal tensor is ever formed::
+**Efficient implementation** (derived here). Because :math:`\lVert b^{(l)}\rVert = 1`, only per-sample layer
+norms and inner products with :math:`b` are needed; no per-sample orthogonal tensor is ever formed:
 
-    ||p_i||^2       = sum_l ( ||g_i^(l)||^2 - (a_i^(l))^2 )
-    sum_i c_i p_i^(l) = sum_i c_i g_i^(l) - ( sum_i c_i a_i^(l) ) b^(l)
+.. math::
 
-The subtraction ``||g||^2 - a^2`` cancels when a gradient is nearly parallel to ``b``: in float32 rounding could
-then *under*-estimate ``||p_i||`` and let a contribution exceed C_perp. The norm used for clipping is therefore
-``sqrt(||p_i||^2 + tau ||g_i||^2)`` with ``tau = 4 (log2(d_max) + 1) eps`` of the dtype (:func:`rounding_slack`:
+    \lVert p_i\rVert^2 &= \sum_l\big(\lVert g_i^{(l)}\rVert^2 - (a_i^{(l)})^2\big),\\
+    \sum_i c_ip_i^{(l)} &= \sum_i c_ig_i^{(l)} - \Big(\sum_i c_ia_i^{(l)}\Big)b^{(l)}.
+
+The subtraction :math:`\lVert g\rVert^2 - a^2` cancels when a gradient is nearly parallel to :math:`b`: in float32
+rounding could then *under*-estimate :math:`\lVert p_i\rVert` and let a contribution exceed :math:`C_\perp`. The
+norm used for clipping is therefore :math:`\sqrt{\lVert p_i\rVert^2 + \tau\lVert g_i\rVert^2}` with
+:math:`\tau = 4(\log_2 d_{\max} + 1)\,\mathrm{eps}`, eps the machine epsilon of the dtype (:func:`rounding_slack`:
 about 6e-6 in float32 for the digits CNN, 1e-14 in float64), which bounds the rounding of both formulas above.
 In float32 it changes the clip factor by less than 0.04% for any gradient whose orthogonal part exceeds 10% of
-its norm (by 3% at 1%); it is what makes
-``||contribution|| <= C_perp`` hold on adversarial inputs (``tests/test_dpdr.py``).
+its norm (by 3% at 1%); it is what makes :math:`\lVert\text{contribution}\rVert \le C_\perp` hold on adversarial
+inputs (``tests/test_dpdr.py``).
 
 **Accounting** (privacy hygiene rule 4). The two releases of a GDR step see the same Poisson batch: they are one
-Gaussian mechanism with noise multiplier ``sigma_eff = (sigma_perp^-2 + sigma_alpha^-2)^(-1/2)``, not two
-independent ones (Theorem 1's ``eps_perp + eps_alpha`` composes them as if they were independent [DPDR-13]). The
-run's history is ``[(sigma_g, q, 1), (sigma_eff, q, s - 1), (sigma_g, q, T - s)]``; :func:`calibrate_sigma_g` finds
-the sigma_g that makes it cost exactly a target epsilon.
+Gaussian mechanism with noise multiplier
+:math:`\sigma_{\mathrm{eff}} = (\sigma_\perp^{-2} + \sigma_\alpha^{-2})^{-1/2}`, not two independent ones (Theorem
+1's :math:`\varepsilon_\perp + \varepsilon_\alpha` composes them as if they were independent [DPDR-13]). The run's
+history is :math:`[(\sigma_g, q, 1), (\sigma_{\mathrm{eff}}, q, s - 1), (\sigma_g, q, T - s)]`;
+:func:`calibrate_sigma_g` finds the :math:`\sigma_g` that makes it cost exactly a target :math:`\varepsilon`.
 """
 
 from __future__ import annotations
@@ -67,10 +71,11 @@ from dpbook.per_sample import Grads, clip_factors, weighted_sum
 # --------------------------------------------------------------------------------------------------------------
 
 def unit_directions(g: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    r"""``b^(l) = g^(l) / ||g^(l)||`` for each layer (parameter tensor) of one gradient; 0 where ``g^(l) = 0``.
+    r""":math:`b^{(l)} = g^{(l)}/\lVert g^{(l)}\rVert` for each layer (parameter tensor) of one gradient; 0 where
+    :math:`g^{(l)} = 0`.
 
-    A zero layer has no direction: its ``b^(l) = 0`` makes ``a^(l) = 0`` and ``p^(l) = g^(l)`` (that layer is not
-    decomposed). With noise on, a released layer is zero with probability 0.
+    A zero layer has no direction: its :math:`b^{(l)} = 0` makes :math:`a^{(l)} = 0` and :math:`p^{(l)} = g^{(l)}`
+    (that layer is not decomposed). With noise on, a released layer is zero with probability 0.
 
     >>> [b.tolist() for b in unit_directions([torch.tensor([3.0, 4.0]), torch.zeros(2)])]
     [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
@@ -85,9 +90,10 @@ def unit_directions(g: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 def project(g: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
     r"""Decompose ONE gradient against ``b``, layer by layer (Eq. (2)): ``(alpha, g_perp)``.
 
-    ``alpha^(l) = <g^(l), b^(l)>`` (shape ``(m,)``) and ``g_perp^(l) = g^(l) - alpha^(l) b^(l)``, so that
-    ``g^(l) = alpha^(l) b^(l) + g_perp^(l)`` with ``g_perp^(l)`` orthogonal to ``b^(l)``. For teaching and tests;
-    :class:`DPDR` never forms ``g_perp`` per sample.
+    :math:`\alpha^{(l)} = \langle g^{(l)}, b^{(l)}\rangle` (shape ``(m,)``) and
+    :math:`g_\perp^{(l)} = g^{(l)} - \alpha^{(l)}b^{(l)}`, so that :math:`g^{(l)} = \alpha^{(l)}b^{(l)} + g_\perp^{(l)}`
+    with :math:`g_\perp^{(l)}` orthogonal to :math:`b^{(l)}`. For teaching and tests; :class:`DPDR` never forms
+    :math:`g_\perp` per sample.
 
     >>> alpha, g_perp = project([torch.tensor([1.0, 2.0])], [torch.tensor([1.0, 0.0])])
     >>> alpha.tolist(), g_perp[0].tolist()
@@ -100,8 +106,8 @@ def project(g: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[torch
 def layer_coefficients(grads: Grads, b: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Per-sample parallel coefficients and squared layer norms: ``(a, sq)``, both of shape ``(n, m)``.
 
-    ``a[i, l] = <g_i^(l), b^(l)>`` and ``sq[i, l] = ||g_i^(l)||^2``: the only per-sample quantities the
-    decomposition needs (``O(n d)`` work, ``O(n m)`` memory).
+    ``a[i, l]`` = :math:`\langle g_i^{(l)}, b^{(l)}\rangle` and ``sq[i, l]`` = :math:`\lVert g_i^{(l)}\rVert^2`: the
+    only per-sample quantities the decomposition needs (:math:`O(nd)` work, :math:`O(nm)` memory).
 
     >>> grads = [torch.tensor([[3.0, 4.0], [0.0, 1.0]])]          # two examples, one layer of size 2
     >>> a, sq = layer_coefficients(grads, [torch.tensor([1.0, 0.0])])
@@ -115,7 +121,8 @@ def layer_coefficients(grads: Grads, b: Sequence[torch.Tensor]) -> tuple[torch.T
 
 
 def orthogonal_sq_norms(a: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
-    r"""``||p_i||^2 = sum_l (||g_i^(l)||^2 - (a_i^(l))^2)`` (Pythagoras per layer), shape ``(n,)``, clamped at 0.
+    r""":math:`\lVert p_i\rVert^2 = \sum_l\big(\lVert g_i^{(l)}\rVert^2 - (a_i^{(l)})^2\big)` (Pythagoras per layer),
+    shape ``(n,)``, clamped at 0.
 
     >>> orthogonal_sq_norms(torch.tensor([[3.0]]), torch.tensor([[25.0]])).tolist()
     [16.0]
@@ -124,11 +131,13 @@ def orthogonal_sq_norms(a: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
 
 
 def difference_sq_norms(a: torch.Tensor, sq: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    r"""``||g_i - g~||^2`` for a previous gradient ``g~^(l) = r_l b^(l)``: the DIFF residual (Eq. (1)), shape ``(n,)``.
+    r""":math:`\lVert g_i - \tilde g\rVert^2` for a previous gradient :math:`\tilde g^{(l)} = r_lb^{(l)}`: the DIFF
+    residual (Eq. (1)), shape ``(n,)``.
 
-    ``||g_i - g~||^2 = ||g_i||^2 - 2 sum_l r_l a_i^(l) + sum_l r_l^2``; ``r`` (shape ``(m,)``) holds the layer norms
-    of ``g~``. Always >= :func:`orthogonal_sq_norms` ([DPDR-7]): the orthogonal part is the shortest
-    residual ``g - c b`` over all ``c``, and DIFF subtracts one particular ``c``.
+    :math:`\lVert g_i - \tilde g\rVert^2 = \lVert g_i\rVert^2 - 2\sum_l r_la_i^{(l)} + \sum_l r_l^2`; ``r`` (shape
+    ``(m,)``) holds the layer norms :math:`r_l` of :math:`\tilde g`. Always >= :func:`orthogonal_sq_norms`
+    ([DPDR-7]): the orthogonal part is the shortest residual :math:`g - cb` over all :math:`c`, and DIFF subtracts
+    one particular :math:`c`.
 
     >>> difference_sq_norms(torch.tensor([[3.0]]), torch.tensor([[25.0]]), torch.tensor([5.0])).tolist()
     [20.0]
@@ -137,10 +146,12 @@ def difference_sq_norms(a: torch.Tensor, sq: torch.Tensor, r: torch.Tensor) -> t
 
 
 def rounding_slack(dtype: torch.dtype, d_max: int) -> float:
-    r"""``tau = 4 (log2(d_max) + 1) eps(dtype)``: the relative slack added to squared norms computed by cancellation.
+    r""":math:`\tau = 4(\log_2 d_{\max} + 1)\,\mathrm{eps}`, eps the machine epsilon of ``dtype``: the relative slack
+    added to squared norms computed by cancellation.
 
-    A dot product of length ``d`` summed pairwise has a rounding error of at most about ``log2(d) eps ||x|| ||y||``;
-    ``||g||^2 - a^2`` therefore errs by at most about ``3 log2(d) eps ||g||^2``, which ``tau ||g||^2`` covers.
+    A dot product of length :math:`d` summed pairwise has a rounding error of at most about
+    :math:`\log_2(d)\,\mathrm{eps}\,\lVert x\rVert\,\lVert y\rVert`; :math:`\lVert g\rVert^2 - a^2` therefore errs by
+    at most about :math:`3\log_2(d)\,\mathrm{eps}\,\lVert g\rVert^2`, which :math:`\tau\lVert g\rVert^2` covers.
 
     >>> f"{rounding_slack(torch.float32, 4608):.1e}", f"{rounding_slack(torch.float64, 4608):.1e}"
     ('6.3e-06', '1.2e-14')
@@ -172,25 +183,30 @@ def _audit_canary(method: "DPDR") -> Grads:
 
 @register("dpdr")
 class DPDR(Method):
-    r"""DPDR: GDR steps ``t = 2..s`` (decompose against ``b``, clip and noise ``g_perp`` and ``alpha``, reconstruct),
-    DP-SGD at ``t = 1`` and ``t > s``. Names follow the paper (Algorithm 1, Table 2).
+    r"""DPDR: GDR steps :math:`t = 2, \ldots, s` (decompose against :math:`b`, clip and noise :math:`g_\perp` and
+    :math:`\alpha`, reconstruct), DP-SGD at :math:`t = 1` and :math:`t > s`. Names follow the paper (Algorithm 1,
+    Table 2).
 
     Args:
-        C_perp, sigma_perp: clipping bound and noise multiplier of the orthogonal parts (flat L2 over all layers).
-        C_alpha, sigma_alpha: clipping bound and noise multiplier of the vector of per-layer coefficients
-            ``alpha_i in R^m`` (joint L2 clip, [DPDR-4]; clipping each ``|alpha^(l)|`` instead would multiply the
-            sensitivity by ``sqrt(m)``).
-        C_g, sigma_g: DP-SGD's clipping bound and noise multiplier for step 1 and the steps after ``s``.
-        s: the last GDR step (default 50, the paper's best, Fig. 6); ``s = 1`` is plain DP-SGD.
+        C_perp, sigma_perp: clipping bound :math:`C_\perp` and noise multiplier :math:`\sigma_\perp` of the orthogonal
+            parts (flat L2 over all layers).
+        C_alpha, sigma_alpha: clipping bound :math:`C_\alpha` and noise multiplier :math:`\sigma_\alpha` of the vector
+            of per-layer coefficients :math:`\alpha_i \in \mathbb R^m` (joint L2 clip, [DPDR-4]; clipping each
+            :math:`|\alpha^{(l)}|` instead would multiply the sensitivity by :math:`\sqrt m`).
+        C_g, sigma_g: DP-SGD's clipping bound :math:`C_g` and noise multiplier :math:`\sigma_g` for step 1 and the
+            steps after :math:`s`.
+        s: the last GDR step :math:`s` (default 50, the paper's best, Fig. 6); ``s = 1`` is plain DP-SGD.
 
-    What a step releases (:meth:`releases`): DP-SGD's sum (``C_g``, ``sigma_g``) on DP-SGD steps; on GDR steps the
-    orthogonal parts (``C_perp``, isotropic noise ``sigma_perp C_perp``) and the coefficients (``C_alpha``, noise
-    ``sigma_alpha C_alpha`` along each ``b^(l)`` only). One example contributes ``e_i a_i^(l) b^(l) + c_i p_i^(l)``
-    per layer, two orthogonal parts of norms at most C_alpha and C_perp. The accountant sees ``sigma_g``, and
-    ``sigma_eff(sigma_perp, sigma_alpha)`` on GDR steps (privacy hygiene rule 4).
+    What a step releases (:meth:`releases`): DP-SGD's sum (sensitivity :math:`C_g`, noise std :math:`\sigma_gC_g`) on
+    DP-SGD steps; on GDR steps the orthogonal parts (sensitivity :math:`C_\perp`, isotropic noise std
+    :math:`\sigma_\perp C_\perp`) and the coefficients (sensitivity :math:`C_\alpha`, noise std
+    :math:`\sigma_\alpha C_\alpha` along each :math:`b^{(l)}` only). One example contributes
+    :math:`e_ia_i^{(l)}b^{(l)} + c_ip_i^{(l)}` per layer, two orthogonal parts of norms at most :math:`C_\alpha` and
+    :math:`C_\perp`. The accountant sees :math:`\sigma_g`, and
+    :math:`\sigma_{\mathrm{eff}}(\sigma_\perp, \sigma_\alpha)` on GDR steps (privacy hygiene rule 4).
 
     State (:meth:`state_dict`): ``t``, the base ``b`` (one unit tensor per layer) and ``released_norms`` (the layer
-    norms of the previous released gradient, divided by B; for the DIFF-residual diagnostic).
+    norms of the previous released gradient, divided by :math:`B`; for the DIFF-residual diagnostic).
 
     Example (noise on; step 1 is DP-SGD, steps 2..3 are GDR steps, then DP-SGD):
 
@@ -223,13 +239,13 @@ class DPDR(Method):
     @classmethod
     def from_plan(cls, plan, *, sigma_alpha_ratio: float = 3.0, **hyperparameters) -> "DPDR":
         r"""DPDR spending what ``plan`` charges one run: ``sigma_perp = plan.sigma``,
-        ``sigma_alpha = sigma_alpha_ratio * sigma_perp`` (Table 2's ratios are 2.4 to 3.6 at epsilon 3 and 1.3 to
-        1.6 at epsilon 8), and sigma_g calibrated (:func:`calibrate_sigma_g`) so that the run's exact history
-        spends no more than the plan charges it:
+        ``sigma_alpha = sigma_alpha_ratio * sigma_perp`` (Table 2's ratios are 2.4 to 3.6 at :math:`\varepsilon = 3`
+        and 1.3 to 1.6 at :math:`\varepsilon = 8`), and :math:`\sigma_g` calibrated (:func:`calibrate_sigma_g`) so
+        that the run's exact history spends no more than the plan charges it:
 
-        - one run, or free tuning (``"none"``): the plan's epsilon at delta;
-        - RDP-charged search (``"rdp"``): G copies of the history composed within the total budget;
-        - Liu-Talwar (``"lt"``): the per-run (epsilon_1, delta_1) of Theorem 1.
+        - one run, or free tuning (``"none"``): the plan's :math:`\varepsilon` at :math:`\delta`;
+        - RDP-charged search (``"rdp"``): :math:`G` copies of the history composed within the total budget;
+        - Liu-Talwar (``"lt"``): the per-run :math:`(\varepsilon_1, \delta_1)` of Theorem 1.
 
         >>> from dpbook.tuning import tuning_plan
         >>> plan = tuning_plan(4.0, 1e-5, sample_rate=0.01, steps=1000)
@@ -267,7 +283,7 @@ class DPDR(Method):
         return self.t + 1
 
     def is_gdr_step(self) -> bool:
-        """Is the coming step a decomposition (GDR) step, ``2 <= t <= s``?"""
+        r"""Is the coming step a decomposition (GDR) step, :math:`2 \le t \le s`?"""
         return 2 <= self.step <= self.s
 
     def bind(self, params: Sequence[torch.Tensor], *, expected_batch_size: float) -> None:
@@ -278,8 +294,9 @@ class DPDR(Method):
 
     # --- declarations -------------------------------------------------------------------------------------------
     def releases(self) -> tuple[Release, ...]:
-        """DP-SGD's clipped sum on steps 1 and > s; on a GDR step the orthogonal parts (C_perp, sigma_perp) and the
-        coefficients alpha (C_alpha, sigma_alpha), accounted together at sigma_eff (privacy hygiene rule 4)."""
+        r"""DP-SGD's clipped sum on steps 1 and :math:`> s`; on a GDR step the orthogonal parts
+        (:math:`C_\perp`, :math:`\sigma_\perp`) and the coefficients :math:`\alpha` (:math:`C_\alpha`,
+        :math:`\sigma_\alpha`), accounted together at :math:`\sigma_{\mathrm{eff}}` (privacy hygiene rule 4)."""
         if self.is_gdr_step():
             return (Release("orthogonal", self.C_perp, self.sigma_perp),
                     Release("alpha", self.C_alpha, self.sigma_alpha))
@@ -351,10 +368,12 @@ class DPDR(Method):
                                      "nonprivate/clipped_fraction_alpha": mean(acc["clipped_alpha"])})
 
     def diagnostics(self) -> dict[str, float]:
-        """The bounds, and of the last step ``gdr`` (1.0 on GDR steps) and ``released_norm`` (``||g~|| / B``).
+        r"""The bounds, and of the last step ``gdr`` (1.0 on GDR steps) and ``released_norm``
+        (:math:`\lVert\tilde g\rVert/B`).
 
-        :meth:`nonprivate_diagnostics` gives, of the last step's raw batch (not private), the means of ``||g_i||``,
-        ``||p_i||`` and of the DIFF residual ``||g_i - g~_{t-1}||``, and the fractions of examples clipped.
+        :meth:`nonprivate_diagnostics` gives, of the last step's raw batch (not private), the means of
+        :math:`\lVert g_i\rVert`, :math:`\lVert p_i\rVert` and of the DIFF residual
+        :math:`\lVert g_i - \tilde g_{t-1}\rVert`, and the fractions of examples clipped.
         """
         return {"C_perp": self.C_perp, "C_alpha": self.C_alpha, "C_g": self.C_g, **self._diagnostics}
 
@@ -365,10 +384,11 @@ class DPDR(Method):
 
 def dpdr_history(*, sigma_g: float, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
                  steps: int) -> list[tuple[float, float, int]]:
-    r"""The accountant's history of a DPDR run of ``steps`` = T steps: 1 DP-SGD step at sigma_g, ``s - 1`` GDR steps at
-    ``sigma_eff(sigma_perp, sigma_alpha)``, ``T - s`` DP-SGD steps at sigma_g (truncated to T; empty segments dropped).
+    r"""The accountant's history of a DPDR run of ``steps`` = :math:`T` steps: 1 DP-SGD step at :math:`\sigma_g`,
+    :math:`s - 1` GDR steps at :math:`\sigma_{\mathrm{eff}}(\sigma_\perp, \sigma_\alpha)`, :math:`T - s` DP-SGD steps
+    at :math:`\sigma_g` (truncated to :math:`T`; empty segments dropped).
 
-    ``s >= T`` is GDR on all steps after the first.
+    :math:`s \ge T` is GDR on all steps after the first.
 
     >>> history = dpdr_history(sigma_g=0.803, sigma_perp=0.81, sigma_alpha=2.0, s=50, sample_rate=0.01, steps=4700)
     >>> [(round(sigma, 4), q, steps) for sigma, q, steps in history]
@@ -386,16 +406,21 @@ def dpdr_history(*, sigma_g: float, sigma_perp: float, sigma_alpha: float, s: in
 
 
 def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_alpha: float) -> float:
-    r"""The Gaussian-DP mu that one GDR release actually has, for an example that saturates both clips.
+    r"""The Gaussian-DP :math:`\mu` that one GDR release actually has, for an example that saturates both clips.
 
-    The accountant charges a GDR step as one Gaussian mechanism of multiplier ``sigma_eff(sigma_perp, sigma_alpha)``,
-    i.e. ``mu = (sigma_perp^-2 + sigma_alpha^-2)^(1/2)``, as if ``alpha~`` were seen alone. But the release is
-    ``alpha~ b + g~_perp`` and the isotropic noise of ``g~_perp`` also lies along each ``b^(l)``: the parallel part of
-    the example's contribution (norm at most C_alpha) is seen through noise of std
-    ``(sigma_alpha^2 C_alpha^2 + sigma_perp^2 C_perp^2)^(1/2)``, the orthogonal part (C_perp) through
-    ``sigma_perp C_perp``. With independent coordinates the two leaks compose as
-    ``mu^2 = C_alpha^2 / (sigma_alpha^2 C_alpha^2 + sigma_perp^2 C_perp^2) + 1 / sigma_perp^2`` (the worst case; an
-    example that does not saturate both clips leaks less), never more than what is charged.
+    The accountant charges a GDR step as one Gaussian mechanism of multiplier
+    :math:`\sigma_{\mathrm{eff}}(\sigma_\perp, \sigma_\alpha)`, i.e.
+    :math:`\mu = (\sigma_\perp^{-2} + \sigma_\alpha^{-2})^{1/2}`, as if :math:`\tilde\alpha` were seen alone. But the
+    release is :math:`\tilde\alpha b + \tilde g_\perp` and the isotropic noise of :math:`\tilde g_\perp` also lies
+    along each :math:`b^{(l)}`: the parallel part of the example's contribution (norm at most :math:`C_\alpha`) is
+    seen through noise of std :math:`(\sigma_\alpha^2C_\alpha^2 + \sigma_\perp^2C_\perp^2)^{1/2}`, the orthogonal
+    part (:math:`C_\perp`) through :math:`\sigma_\perp C_\perp`. With independent coordinates the two leaks compose as
+
+    .. math::
+
+        \mu^2 = \frac{C_\alpha^2}{\sigma_\alpha^2C_\alpha^2 + \sigma_\perp^2C_\perp^2} + \frac1{\sigma_\perp^2}
+
+    (the worst case; an example that does not saturate both clips leaks less), never more than what is charged.
 
     >>> round(gdr_release_mu(C_perp=1.0, C_alpha=1.0, sigma_perp=1.5, sigma_alpha=1.5), 4)   # charged: 0.9428
     0.8165
@@ -411,18 +436,20 @@ def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_al
 def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
                       steps: int, delta: float, accountant: str = "rdp", epsilon_tolerance: float = 1e-4,
                       runs: int = 1) -> float:
-    r"""The sigma_g that makes a DPDR run cost ``target_epsilon`` for its exact heterogeneous history.
+    r"""The :math:`\sigma_g` that makes a DPDR run cost ``target_epsilon`` for its exact heterogeneous history.
 
-    Given the GDR noise (sigma_perp, sigma_alpha), the schedule (s, T = ``steps``) and q, search sigma_g until
+    Given the GDR noise :math:`(\sigma_\perp, \sigma_\alpha)`, the schedule (:math:`s`, :math:`T` = ``steps``) and
+    :math:`q`, search :math:`\sigma_g` until
     ``target_epsilon - epsilon_tolerance <= epsilon(dpdr_history(...)) <= target_epsilon``, with the library's one
-    calibration (:func:`dpbook.accounting.calibrate`). epsilon decreases as sigma_g grows, towards the cost of the
-    ``s - 1`` GDR steps alone (sigma_g = inf); if that cost already reaches the target, no sigma_g can work and a
-    ValueError says so.
+    calibration (:func:`dpbook.accounting.calibrate`). :math:`\varepsilon` decreases as :math:`\sigma_g` grows,
+    towards the cost of the :math:`s - 1` GDR steps alone (:math:`\sigma_g = \infty`); if that cost already reaches
+    the target, no :math:`\sigma_g` can work and a ValueError says so.
 
     ``runs`` composes that many copies of the history (an RDP-charged search of ``runs`` DPDR trainings).
 
-    Example: the paper's MNIST row at epsilon 3 (sigma_perp = 0.81, sigma_alpha = 2.0, s = 50, B = 256, 20 epochs);
-    Table 2 prints sigma_g = 0.803, which overspends slightly once the 49 GDR steps are counted at sigma_eff.
+    Example: the paper's MNIST row at :math:`\varepsilon = 3` (:math:`\sigma_\perp = 0.81`,
+    :math:`\sigma_\alpha = 2.0`, :math:`s = 50`, :math:`B = 256`, 20 epochs); Table 2 prints :math:`\sigma_g = 0.803`,
+    which overspends slightly once the 49 GDR steps are counted at :math:`\sigma_{\mathrm{eff}}`.
 
     >>> from dpbook.accounting import epsilon_of_history
     >>> q, T = 256 / 60000, 4700

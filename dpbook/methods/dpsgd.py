@@ -1,9 +1,12 @@
-"""DP-SGD (Abadi et al. 2016): flat L2 clipping and Gaussian noise.
+r"""DP-SGD (Abadi et al. 2016): flat L2 clipping and Gaussian noise (the DC-SGD paper, Eqs. 1-2):
 
-    g~_t = ( sum_{i in B_t} Clip(g_{t,i}, C) + N(0, sigma^2 C^2 I_d) ) / B          (DC-SGD paper, Eqs. 1-2)
-    Clip(g, C) = g / max(1, ||g||_2 / C) = g * min(1, C / ||g||_2)
+.. math::
 
-B is the expected batch size (q = B/N); the accountant sees sigma at every step.
+    \tilde g_t &= \frac1B\Big(\sum_{i\in\mathcal B_t}\mathrm{Clip}(g_{t,i}, C)
+        + \mathcal N(0, \sigma^2C^2I_d)\Big),\\
+    \mathrm{Clip}(g, C) &= \frac{g}{\max(1, \lVert g\rVert_2/C)} = g\,\min\Big(1, \frac{C}{\lVert g\rVert_2}\Big).
+
+:math:`B` is the expected batch size (:math:`q = B/N`); the accountant sees :math:`\sigma` at every step.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from dpbook.tuning import grid_product
 
 @register("dpsgd")
 class DPSGD(ScaledSum):
-    """DP-SGD with clipping threshold ``C`` and noise multiplier ``sigma``.
+    r"""DP-SGD with clipping threshold ``C`` and noise multiplier ``sigma``.
+
+    Weight :math:`\min(1, C/\lVert g\rVert)` (i.e. :math:`\mathrm{Clip}(g, C)`), sensitivity :math:`C`, noise std
+    :math:`\sigma C`.
 
     Example:
         >>> m = DPSGD(C=1.0, sigma=1.1)

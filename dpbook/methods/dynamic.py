@@ -1,19 +1,24 @@
-"""Dynamic DP-SGD (Du, Li, Feng & Chen, "Dynamic differential-privacy preserving SGD", arXiv 2111.00173):
+r"""Dynamic DP-SGD (Du, Li, Feng & Chen, "Dynamic differential-privacy preserving SGD", arXiv 2111.00173):
 the clipping-threshold schedule only.
 
 The DC-SGD paper uses only Du et al.'s threshold schedule (not their noise schedule), with a constant noise
-multiplier sigma under RDP, tuning C_0 and rho_C (reading DCSGD-43):
+multiplier :math:`\sigma` under RDP, tuning :math:`C_0` and :math:`\rho_C` (reading DCSGD-43):
 
-    C_t = C_0 rho_C^(t / T)              t = 0, ..., T-1 (decays geometrically from C_0 towards rho_C C_0)
-    g~_t = ( sum_{i in B_t} Clip(g_{t,i}, C_t) + N(0, sigma^2 C_t^2 I_d) ) / B
+.. math::
 
-Why the exponent is read as +t/T, a decay, although the DC-SGD paper never writes the formula [DCSGD-43]: its grid
-is rho_C in {0.1, ..., 0.9}, all below 1, and its motivation is that per-sample norms shrink during training
-(its Fig. 8), so the threshold should shrink with them. The other sign, rho_C^(-t/T), would *grow* the threshold
-for every rho_C of the grid. The notebook ``dcsgd_synthetic_norms`` plots both readings.
+    C_t &= C_0\,\rho_C^{t/T}, \qquad t = 0, \ldots, T-1
+        \quad\text{(decays geometrically from } C_0 \text{ towards } \rho_C C_0\text{)},\\
+    \tilde g_t &= \frac1B\Big(\sum_{i\in\mathcal B_t}\mathrm{Clip}(g_{t,i}, C_t)
+        + \mathcal N(0, \sigma^2C_t^2I_d)\Big).
 
-The schedule depends on t only, never on data, so the run costs exactly DP-SGD at (sigma, q, T). The state is the
-step counter t alone; past T the decay simply continues.
+Why the exponent is read as :math:`+t/T`, a decay, although the DC-SGD paper never writes the formula [DCSGD-43]:
+its grid is :math:`\rho_C \in \{0.1, \ldots, 0.9\}`, all below 1, and its motivation is that per-sample norms
+shrink during training (its Fig. 8), so the threshold should shrink with them. The other sign,
+:math:`\rho_C^{-t/T}`, would *grow* the threshold for every :math:`\rho_C` of the grid. The notebook
+``dcsgd_synthetic_norms`` plots both readings.
+
+The schedule depends on :math:`t` only, never on data, so the run costs exactly DP-SGD at :math:`(\sigma, q, T)`.
+The state is the step counter :math:`t` alone; past :math:`T` the decay simply continues.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dpbook.tuning import grid_product
 
 
 def dynamic_threshold(t: int, *, C_0: float, rho_C: float, T: int) -> float:
-    """``C_t = C_0 rho_C^(t/T)`` [DCSGD-43].
+    r""":math:`C_t = C_0\,\rho_C^{t/T}` [DCSGD-43].
 
         >>> [round(dynamic_threshold(t, C_0=2.0, rho_C=0.25, T=4), 4) for t in range(5)]
         [2.0, 1.4142, 1.0, 0.7071, 0.5]
@@ -39,16 +44,18 @@ def dynamic_threshold(t: int, *, C_0: float, rho_C: float, T: int) -> float:
 
 @register("dynamic")
 class DynamicClipping(DPSGD):
-    """Du et al.'s decaying threshold ``C_t = C_0 rho_C^(t/T)`` with noise ``sigma C_t``; the accountant sees sigma.
+    r"""Du et al.'s decaying threshold :math:`C_t = C_0\,\rho_C^{t/T}` with noise std :math:`\sigma C_t`; the
+    accountant sees :math:`\sigma`.
 
-    DP-SGD whose ``C`` follows the schedule: it is set from the step counter t at every ``advance`` (and on
-    ``load_state_dict``), never from data.
+    DP-SGD whose ``C`` follows the schedule: weight :math:`\min(1, C_t/\lVert g\rVert)`, sensitivity :math:`C_t`.
+    ``C`` is set from the step counter :math:`t` at every ``advance`` (and on ``load_state_dict``), never from data.
 
     Args:
-        sigma: noise multiplier, >= 0.
-        C_0: initial threshold, > 0 (the DC-SGD paper tunes it on its C grid).
-        rho_C: the threshold at step T relative to C_0, > 0 (grid 0.1, ..., 0.9; 1 is DP-SGD).
-        T: total number of steps of the run, >= 1 (e.g. ``Trainer.T``).
+        sigma: noise multiplier :math:`\sigma`, >= 0.
+        C_0: initial threshold :math:`C_0`, > 0 (the DC-SGD paper tunes it on its :math:`C` grid).
+        rho_C: the threshold at step :math:`T` relative to :math:`C_0`, :math:`\rho_C > 0` (grid 0.1, ..., 0.9; 1 is
+            DP-SGD).
+        T: the total number :math:`T` of steps of the run, >= 1 (e.g. ``Trainer.T``).
 
     Example:
         >>> m = DynamicClipping(sigma=1.0, C_0=1.0, rho_C=0.5, T=100)

@@ -3,26 +3,35 @@ r"""DP-PSAC (Xia et al. 2023), DP-PSASC and DP-PSASC with inner-outer momentum (
 All three replace clipping by a non-monotone per-sample weight of the gradient norm (the DP-PSASC paper's
 Eqs. (1)-(6); the weight functions and their closed-form facts are in :mod:`dpbook.weights`):
 
-    psac            w(g) = C / (||g|| + r / (||g|| + r))                        Eq. (4); sensitivity C
-    psasc           w(g) = C / (s ||g|| + r / (||g|| + r))                      Eq. (6); sensitivity C / s
-    psasc-momentum  the psasc weight applied to a per-sample momentum            Algorithm 3; sensitivity C / s
+==================  =====================================================  ===========  ===========
+method              weight :math:`\omega(x)`, :math:`x = \lVert g\rVert`   paper        sensitivity
+==================  =====================================================  ===========  ===========
+``psac``            :math:`C/\big(x + r/(x + r)\big)`                      Eq. (4)      :math:`C`
+``psasc``           :math:`C/\big(sx + r/(x + r)\big)`                     Eq. (6)      :math:`C/s`
+``psasc-momentum``  the ``psasc`` weight applied to a per-sample momentum  Algorithm 3  :math:`C/s`
+==================  =====================================================  ===========  ===========
 
-and release ``sum_i w_i g_i + N(0, (sigma * sensitivity)^2 I_d)`` (Eqs. (5), (8); the engine divides by the
-expected batch size B). The accountant sees ``sigma`` at every step: each step is exactly as private as a DP-SGD
-step with noise multiplier sigma (Theorem 1; add/remove-one adjacency, reading PSASC-5).
+and release :math:`\sum_i\omega_i g_i + \mathcal N\big(0, (\sigma\cdot\text{sensitivity})^2I_d\big)` (Eqs. (5),
+(8); the engine divides by the expected batch size :math:`B`). The accountant sees :math:`\sigma` at every step:
+each step is exactly as private as a DP-SGD step with noise multiplier :math:`\sigma` (Theorem 1; add/remove-one
+adjacency, reading PSASC-5).
 
 Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``):
 
-- PSASC-4: batches are Poisson samples (q = B/N) and sums are divided by the expected B, to match the accountant.
-- PSASC-7: r is an input of every algorithm (Table II's "Stable Parameter").
-- PSASC-8: the noise is isotropic, N(0, (C sigma / s)^2 I_d).
-- PSASC-9: the loops run T iterations, k = 0 .. T-1.
-- PSASC-14 (Algorithm 3): the inner momentum is m_{k,i} = sum_{l=max(0,k-K0)}^{k} gamma0^{k-l} g_{l,i}, the current
-  gradient included, unnormalised (weights 1, gamma0, ..., gamma0^K0, newest first); the first K0 steps use
-  the iterates that exist. The printed window l = k-1-K0 .. k-1 (which excludes w_k) is not implemented.
-- PSASC-13, PSASC-15, PSASC-16: Table III's DP-PSASC* is Algorithm 3 (the only minibatch version); its gamma0,
-  gamma1 and K0 are not given in the paper, so :class:`PSASCMomentum` has no defaults for them.
-- PSASC-17: s changes utility, not privacy: the (epsilon, delta) of every method here depends on sigma only.
+- PSASC-4: batches are Poisson samples (:math:`q = B/N`) and sums are divided by the expected :math:`B`, to match
+  the accountant.
+- PSASC-7: :math:`r` is an input of every algorithm (Table II's "Stable Parameter").
+- PSASC-8: the noise is isotropic, :math:`\mathcal N\big(0, (C\sigma/s)^2I_d\big)`.
+- PSASC-9: the loops run :math:`T` iterations, :math:`k = 0, \ldots, T-1`.
+- PSASC-14 (Algorithm 3): the inner momentum is
+  :math:`m_{k,i} = \sum_{l=\max(0,k-K_0)}^{k}\gamma_0^{k-l}g_{l,i}`, the current gradient included, unnormalised
+  (weights :math:`1, \gamma_0, \ldots, \gamma_0^{K_0}`, newest first); the first :math:`K_0` steps use the iterates
+  that exist. The printed window :math:`l = k-1-K_0, \ldots, k-1` (which excludes :math:`w_k`) is not implemented.
+- PSASC-13, PSASC-15, PSASC-16: Table III's DP-PSASC* is Algorithm 3 (the only minibatch version); its
+  :math:`\gamma_0`, :math:`\gamma_1` and :math:`K_0` are not given in the paper, so :class:`PSASCMomentum` has no
+  defaults for them.
+- PSASC-17: :math:`s` changes utility, not privacy: the :math:`(\varepsilon, \delta)` of every method here depends
+  on :math:`\sigma` only.
 """
 
 from __future__ import annotations
@@ -46,11 +55,13 @@ from dpbook.tuning import grid_product
 
 @register("psac")
 class PSAC(ScaledSum):
-    r"""DP-PSAC (Eqs. (4)-(5)): weight ``C / (||g|| + r / (||g|| + r))``, sensitivity C, noise std sigma * C.
+    r"""DP-PSAC (Eqs. (4)-(5)): weight :math:`C/\big(\lVert g\rVert + r/(\lVert g\rVert + r)\big)`, sensitivity
+    :math:`C`, noise std :math:`\sigma C`.
 
-    ``r_num`` (default ``r``) replaces the numerator constant only, ``C / (||g|| + r_num / (||g|| + r))``: with
-    ``C = 1``, ``r_num = r / s`` and learning rate ``eta * C / s`` this rule takes exactly the steps of
-    DP-PSASC(eta, C, r, s) (:func:`dpbook.weights.psasc_as_psac`). Its sensitivity is C for every ``r_num``.
+    ``r_num`` (default ``r``) replaces the numerator constant only,
+    :math:`C/\big(\lVert g\rVert + r_{\mathrm{num}}/(\lVert g\rVert + r)\big)`: with ``C = 1``, ``r_num = r / s`` and
+    learning rate :math:`\eta C/s` this rule takes exactly the steps of DP-PSASC(:math:`\eta, C, r, s`)
+    (:func:`dpbook.weights.psasc_as_psac`). Its sensitivity is :math:`C` for every ``r_num``.
 
     Example:
         >>> m = PSAC(C=0.3, r=1e-4, sigma=1.0)
@@ -85,10 +96,11 @@ class PSAC(ScaledSum):
 
 @register("psasc")
 class PSASC(PSAC):
-    r"""DP-PSASC (Eq. (6), Algorithm 1): weight ``C / (s ||g|| + r / (||g|| + r))``, sensitivity C/s, noise sigma*C/s.
+    r"""DP-PSASC (Eq. (6), Algorithm 1): weight :math:`C/\big(s\lVert g\rVert + r/(\lVert g\rVert + r)\big)`,
+    sensitivity :math:`C/s`, noise std :math:`\sigma C/s`.
 
-    ``s = 1`` is DP-PSAC, to the bit. The paper recommends 0 < s <= 1 (Table III uses 0.45 to 0.9); any s > 0
-    is valid, with the sensitivity C / s.
+    ``s = 1`` is DP-PSAC, to the bit. The paper recommends :math:`0 < s \le 1` (Table III uses 0.45 to 0.9); any
+    :math:`s > 0` is valid, with the sensitivity :math:`C/s`.
 
     Example:
         >>> m = PSASC(C=0.2, r=1e-4, s=0.8, sigma=1.5)
@@ -129,36 +141,46 @@ def _prepare_momentum(method: "PSASCMomentum", grads: Grads) -> None:
 class PSASCMomentum(PSASC):
     r"""DP-PSASC* (Algorithm 3, readings PSASC-14 and PSASC-16): inner per-sample and outer noisy momentum.
 
-    At step k, for each example i of the Poisson batch, with the iterates w_l of the last K0 steps::
+    At step :math:`k`, for each example :math:`i` of the Poisson batch, with the iterates :math:`w_l` of the last
+    :math:`K_0` steps:
 
-        m_i   = sum_{l = max(0, k-K0)}^{k} gamma0^(k-l) * grad f(w_l, d_i)     inner momentum (per sample)
-        G_k   = sum_i  C m_i / (s ||m_i|| + r / (||m_i|| + r))                  Eq. (6) applied to m_i
-        M     = (1 - gamma1) * M + G_k + N(0, (sigma C / s)^2 I_d)             outer momentum, noise inside
-        release M                                                              (SGD: w <- w - (eta / B) M)
+    .. math::
 
-    Privacy: each scaled m_i depends on d_i and on already released iterates only and has norm < C/s, so
-    G_k + noise is the subsampled Gaussian mechanism of DP-PSASC (multiplier sigma) and M is post-processing.
-    Since sample i was generally not in the earlier batches, its gradients at w_{k-1}, ..., w_{k-K0} are
-    recomputed from stored parameter snapshots (``MicroBatch.grads_at``).
+        m_i &= \sum_{l=\max(0, k-K_0)}^{k}\gamma_0^{k-l}\,\nabla f(w_l, d_i)
+            \qquad\text{(inner momentum, per sample)},\\
+        G_k &= \sum_i\frac{C\,m_i}{s\lVert m_i\rVert + r/(\lVert m_i\rVert + r)}
+            \qquad\text{(Eq. (6) applied to } m_i\text{)},\\
+        M &\leftarrow (1 - \gamma_1)M + G_k + \mathcal N\big(0, (\sigma C/s)^2I_d\big)
+            \qquad\text{(outer momentum, noise inside)},
 
-    Cost, with d parameters and n examples per micro-batch:
+    and :math:`M` is released (SGD: :math:`w \leftarrow w - (\eta/B)M`).
 
-    - memory: K0 stored iterates and the outer momentum M, (K0 + 1) d numbers kept across steps (all in
-      :meth:`state_dict`), plus one copy of w_k (d) during a step and one extra per-sample gradient tensor
-      (n d) while the inner momentum is summed;
-    - compute: K0 + 1 per-sample gradient passes per micro-batch (the engine's at w_k and K0 at the snapshots),
-      about (K0 + 1) times the cost of a DP-PSASC step once K0 steps have passed; ``gamma0 = 0`` stores no
-      iterate and recomputes nothing (the inner momentum is then the current gradient).
+    Privacy: each scaled :math:`m_i` depends on :math:`d_i` and on already released iterates only and has norm
+    :math:`< C/s`, so :math:`G_k` + noise is the subsampled Gaussian mechanism of DP-PSASC (multiplier
+    :math:`\sigma`) and :math:`M` is post-processing. Since sample :math:`i` was generally not in the earlier
+    batches, its gradients at :math:`w_{k-1}, \ldots, w_{k-K_0}` are recomputed from stored parameter snapshots
+    (``MicroBatch.grads_at``).
 
-    The outer momentum is not normalised: a slowly varying signal is amplified about 1/gamma1 and the noise
-    about 1/sqrt(gamma1 (2 - gamma1)), so the learning rate must be re-tuned with gamma1 (about eta * gamma1
-    keeps the step size). ``K0 = 0, gamma1 = 1`` is DP-PSASC exactly.
+    Cost, with :math:`d` parameters and :math:`n` examples per micro-batch:
+
+    - memory: :math:`K_0` stored iterates and the outer momentum :math:`M`, :math:`(K_0 + 1)d` numbers kept across
+      steps (all in :meth:`state_dict`), plus one copy of :math:`w_k` (:math:`d`) during a step and one extra
+      per-sample gradient tensor (:math:`nd`) while the inner momentum is summed;
+    - compute: :math:`K_0 + 1` per-sample gradient passes per micro-batch (the engine's at :math:`w_k` and
+      :math:`K_0` at the snapshots), about :math:`K_0 + 1` times the cost of a DP-PSASC step once :math:`K_0` steps
+      have passed; ``gamma0 = 0`` stores no iterate and recomputes nothing (the inner momentum is then the current
+      gradient).
+
+    The outer momentum is not normalised: a slowly varying signal is amplified about :math:`1/\gamma_1` and the
+    noise about :math:`1/\sqrt{\gamma_1(2 - \gamma_1)}`, so the learning rate must be re-tuned with :math:`\gamma_1`
+    (about :math:`\eta\gamma_1` keeps the step size). ``K0 = 0, gamma1 = 1`` is DP-PSASC exactly.
 
     Args:
         C, r, s, sigma: as in :class:`PSASC`.
-        K0: momentum length, an integer >= 0 (the inner sum has up to K0 + 1 terms).
-        gamma0: inner momentum parameter in [0, 1] (weight gamma0^age of a gradient ``age`` steps old).
-        gamma1: outer momentum parameter in (0, 1] (1: no outer momentum).
+        K0: momentum length :math:`K_0`, an integer >= 0 (the inner sum has up to :math:`K_0 + 1` terms).
+        gamma0: inner momentum parameter :math:`\gamma_0` in [0, 1] (weight :math:`\gamma_0^{\mathrm{age}}` of a
+            gradient ``age`` steps old).
+        gamma1: outer momentum parameter :math:`\gamma_1` in (0, 1] (1: no outer momentum).
 
     Example:
         >>> m = PSASCMomentum(C=0.3, r=1e-4, s=0.9, sigma=1.0, K0=2, gamma0=0.5, gamma1=0.1)
@@ -199,7 +221,8 @@ class PSASCMomentum(PSASC):
         return acc
 
     def inner_momentum(self, mb: MicroBatch) -> Grads:
-        """m_i = sum_l gamma0^(k-l) grad f(w_l, d_i) over the current and stored iterates (one tensor per parameter)."""
+        r""":math:`m_i = \sum_l\gamma_0^{k-l}\,\nabla f(w_l, d_i)` over the current and stored iterates (one tensor per
+        parameter)."""
         m = list(mb.grads)  # l = k, weight gamma0^0 = 1
         for age, past in enumerate(reversed(self.history), start=1):  # w_{k-1}, w_{k-2}, ...
             coef = self.gamma0 ** age

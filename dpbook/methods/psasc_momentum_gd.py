@@ -1,7 +1,9 @@
 r"""DP-PSASC with momentum, GD version (Huang et al., arXiv 2411.03059, Algorithm 2): full-batch gradient descent
 whose scaled quantity is a per-sample exponential moving average (EMA) of each example's gradients.
 
-Algorithm 2 as printed (input: w_0, eta, D = {d_1..d_N}, (epsilon, delta), C, momentum parameter gamma, T, s)::
+Algorithm 2 as printed (input: :math:`w_0`, :math:`\eta`, :math:`D = \{d_1, \ldots, d_N\}`,
+:math:`(\varepsilon, \delta)`, :math:`C`, momentum parameter :math:`\gamma`, :math:`T`, :math:`s`), quoted with its
+line numbers::
 
     1  Compute the noise scale sigma
     2  Initialize m_{0,i} = g_{0,i}
@@ -14,46 +16,57 @@ Algorithm 2 as printed (input: w_0, eta, D = {d_1..d_N}, (epsilon, delta), C, mo
     9      for i = 1; i < N; i++:
     10         m_{k,i} = gamma g_{k,i} + (1 - gamma) m_{k-1,i}
 
-What is implemented, with k = 0 .. T-1 and g_{k,i} = grad f(w_k, d_i)::
+What is implemented, with :math:`k = 0, \ldots, T-1` and :math:`g_{k,i} = \nabla f(w_k, d_i)`:
 
-    m_{0,i} = g_{0,i}                                          line 2
-    m_{k,i} = gamma g_{k,i} + (1 - gamma) m_{k-1,i}   (k >= 1)   line 10: gamma weighs the NEW gradient
-    release  sum_{i=1}^N C m_{k,i} / (s ||m_{k,i}|| + r / (||m_{k,i}|| + r)) + N(0, (sigma C / s)^2 I_d)
-    (the engine divides by B = N and any torch optimizer steps; plain SGD is line 8)
+.. math::
 
-The EMA is per example and runs across the full-batch steps: example i's m_i is a state of the method that lives
-from step to step, N tensors of the model's size in all (N d numbers, in :meth:`state_dict`). It sits *before* the
-scaling, and the noise is added once per step *after* the sum, so no noise enters the EMA. Theorem 3 states
-Algorithm 2's parameters: one gamma = O(T^{-1/4}) (with s = O(T^{-1/4}), r = O(T^{-1/2}), eta = O(T^{-3/4})).
+    m_{0,i} &= g_{0,i} \qquad\text{(line 2)},\\
+    m_{k,i} &= \gamma\,g_{k,i} + (1 - \gamma)\,m_{k-1,i} \quad (k \ge 1)
+        \qquad\text{(line 10: } \gamma \text{ weighs the NEW gradient)},\\
+    \text{release}\quad &\sum_{i=1}^N\frac{C\,m_{k,i}}{s\lVert m_{k,i}\rVert + r/(\lVert m_{k,i}\rVert + r)}
+        + \mathcal N\big(0, (\sigma C/s)^2I_d\big)
+
+(the engine divides by :math:`B = N` and any torch optimizer steps; plain SGD is line 8).
+
+The EMA is per example and runs across the full-batch steps: example :math:`i`'s :math:`m_i` is a state of the
+method that lives from step to step, :math:`N` tensors of the model's size in all (:math:`Nd` numbers, in
+:meth:`state_dict`). It sits *before* the scaling, and the noise is added once per step *after* the sum, so no
+noise enters the EMA. Theorem 3 states Algorithm 2's parameters: one :math:`\gamma = O(T^{-1/4})` (with
+:math:`s = O(T^{-1/4})`, :math:`r = O(T^{-1/2})`, :math:`\eta = O(T^{-3/4})`).
 
 Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``):
 
-- [PSASC-9]: the loop runs T iterations, k = 0 .. T-1 (the printed ``k = 1; k < T`` runs T - 1 and never defines w_1).
-- [PSASC-10]: line 5 scales m_{k,i} before line 10 computes it. ``reading="update-then-scale"`` (the default) updates
-  the EMA with the current gradient first and scales the updated m_{k,i}, so the gradient computed at w_k (line 4)
-  moves w_k. ``reading="scale-then-update"`` keeps the printed line order: step k scales m_{k-1,i}, the EMA up to
-  the previous iterate, and then folds g_{k,i} in for the next step (steps 0 and 1 both scale m_{0,i} = g_{0,i}).
-  Both readings have the same sensitivity and the same accounting.
-- [PSASC-11]: the ``eta / B`` of line 8 is ``eta / N``: with sample rate q = 1 the expected batch size B *is* N, so the
-  engine's division by B is the paper's. [PSASC-12]: line 9's ``i < N`` means every i = 1 .. N.
-- [PSASC-7], [PSASC-8]: r is an input; the noise is isotropic, N(0, (C sigma / s)^2 I_d).
-- [PSASC-13], [PSASC-16]: Theorem 3's single gamma is this algorithm's; the minibatch Algorithm 3 (``psasc-momentum`` in
-  ``psac.py``) has (gamma0, gamma1, K0). Which of the two Table III's DP-PSASC* used is discussed in the chapter
-  ``notebooks/psasc_in_training.ipynb``.
+- [PSASC-9]: the loop runs :math:`T` iterations, :math:`k = 0, \ldots, T-1` (the printed ``k = 1; k < T`` runs
+  :math:`T - 1` and never defines :math:`w_1`).
+- [PSASC-10]: line 5 scales :math:`m_{k,i}` before line 10 computes it. ``reading="update-then-scale"`` (the
+  default) updates the EMA with the current gradient first and scales the updated :math:`m_{k,i}`, so the gradient
+  computed at :math:`w_k` (line 4) moves :math:`w_k`. ``reading="scale-then-update"`` keeps the printed line order:
+  step :math:`k` scales :math:`m_{k-1,i}`, the EMA up to the previous iterate, and then folds :math:`g_{k,i}` in for
+  the next step (steps 0 and 1 both scale :math:`m_{0,i} = g_{0,i}`). Both readings have the same sensitivity and
+  the same accounting.
+- [PSASC-11]: the :math:`\eta/B` of line 8 is :math:`\eta/N`: with sample rate :math:`q = 1` the expected batch
+  size :math:`B` *is* :math:`N`, so the engine's division by :math:`B` is the paper's. [PSASC-12]: line 9's
+  ``i < N`` means every :math:`i = 1, \ldots, N`.
+- [PSASC-7], [PSASC-8]: :math:`r` is an input; the noise is isotropic, :math:`\mathcal N\big(0, (C\sigma/s)^2I_d\big)`.
+- [PSASC-13], [PSASC-16]: Theorem 3's single :math:`\gamma` is this algorithm's; the minibatch Algorithm 3
+  (``psasc-momentum`` in ``psac.py``) has :math:`(\gamma_0, \gamma_1, K_0)`. Which of the two Table III's DP-PSASC*
+  used is discussed in the chapter ``notebooks/psasc_in_training.ipynb``.
 
-Privacy (add/remove-one adjacency, [PSASC-5]). Every m_i depends only on d_i and on the already released iterates
-w_0 .. w_k, and its scaled version has norm < C/s (Eq. (6): ||C m / (s ||m|| + r / (||m|| + r))|| < C/s for every m),
-so adding or removing one example changes the step's sum by less than C/s: each step is a Gaussian mechanism with
-noise multiplier sigma, and T steps compose adaptively. Nothing is subsampled: the accountant records (sigma, q = 1)
-per step, i.e. T-fold composition of the Gaussian mechanism with no amplification ([PSASC-36]: Theorem 1's B/N does not
-apply). :meth:`from_plan` takes a plan calibrated at sample rate 1 and refuses any other.
+Privacy (add/remove-one adjacency, [PSASC-5]). Every :math:`m_i` depends only on :math:`d_i` and on the already
+released iterates :math:`w_0, \ldots, w_k`, and its scaled version has norm :math:`< C/s` (Eq. (6):
+:math:`\big\lVert C\,m/\big(s\lVert m\rVert + r/(\lVert m\rVert + r)\big)\big\rVert < C/s` for every :math:`m`), so
+adding or removing one example changes the step's sum by less than :math:`C/s`: each step is a Gaussian mechanism
+with noise multiplier :math:`\sigma`, and :math:`T` steps compose adaptively. Nothing is subsampled: the accountant
+records :math:`(\sigma, q = 1)` per step, i.e. :math:`T`-fold composition of the Gaussian mechanism with no
+amplification ([PSASC-36]: Theorem 1's :math:`B/N` does not apply). :meth:`from_plan` takes a plan calibrated at
+sample rate 1 and refuses any other.
 
 Example identities: the EMA is indexed by example, so the method needs each example's index in the training set.
 The engine hands it ``MicroBatch.index`` (``DPOptimizer.step(x, y, index=...)``; :class:`dpbook.train.Trainer`
-passes its sampler's indices). At q = 1 (``Trainer(..., expected_batch_size=N)``) every step is the whole
-training set. Each step must hold every index 0 .. N-1 exactly once, with N = the engine's expected batch size B;
-anything else (a subsampled batch, a missing or repeated index, no indices) is an error, never a silent
-mix-up of two examples' states (which would break the sensitivity bound).
+passes its sampler's indices). At :math:`q = 1` (``Trainer(..., expected_batch_size=N)``) every step is the whole
+training set. Each step must hold every index :math:`0, \ldots, N-1` exactly once, with :math:`N` = the engine's
+expected batch size :math:`B`; anything else (a subsampled batch, a missing or repeated index, no indices) is an
+error, never a silent mix-up of two examples' states (which would break the sensitivity bound).
 
     >>> import torch
     >>> from torch import nn
@@ -109,16 +122,22 @@ def _prepare_audit(method: "PSASCMomentumGD", grads: Grads) -> None:
 
 @register("psasc-momentum-gd")
 class PSASCMomentumGD(PSASC):
-    r"""DP-PSASC with momentum, GD version (Algorithm 2): full batch, per-sample EMA, sensitivity C/s, noise sigma*C/s.
+    r"""DP-PSASC with momentum, GD version (Algorithm 2): full batch, per-sample EMA, sensitivity :math:`C/s`, noise
+    std :math:`\sigma C/s`.
+
+    Weight :math:`C/\big(s\lVert m_i\rVert + r/(\lVert m_i\rVert + r)\big)` applied to each example's EMA
+    :math:`m_i`.
 
     Args:
         C, r, s, sigma: as in :class:`~dpbook.methods.psac.PSASC` (Eq. (6)).
-        gamma: momentum parameter in (0, 1], the weight of the *new* gradient in m = gamma g + (1 - gamma) m
-            (Algorithm 2, line 10). 1: no momentum, full-batch DP-PSASC exactly. Theorem 3 takes gamma = O(T^{-1/4}),
-            a long memory. 0 would freeze every m_i at its gradient at w_0 and is refused.
+        gamma: momentum parameter :math:`\gamma` in (0, 1], the weight of the *new* gradient in
+            :math:`m \leftarrow \gamma g + (1 - \gamma)m` (Algorithm 2, line 10). 1: no momentum, full-batch DP-PSASC
+            exactly. Theorem 3 takes :math:`\gamma = O(T^{-1/4})`, a long memory. 0 would freeze every :math:`m_i` at
+            its gradient at :math:`w_0` and is refused.
         reading: ``"update-then-scale"`` (default) or ``"scale-then-update"`` ([PSASC-10], module docstring).
 
-    Memory: N d numbers of state (one EMA per example and parameter), besides the engine's per-sample gradients.
+    Memory: :math:`Nd` numbers of state (one EMA per example and parameter), besides the engine's per-sample
+    gradients.
     """
 
     declaration = Declaration(
@@ -130,7 +149,7 @@ class PSASCMomentumGD(PSASC):
         run={"C": 1.0, "r": 0.01, "s": 0.5, "gamma": 0.5})
 
     full_batch: ClassVar[bool] = True
-    """Algorithm 2 runs only at sample rate q = 1: the batch of every step is the whole training set."""
+    """Algorithm 2 runs only at sample rate :math:`q = 1`: the batch of every step is the whole training set."""
     per_sample_vectors: ClassVar[bool] = True  # each example's EMA m_i is a vector kept across steps
 
     def __init__(self, *, C: float, r: float, s: float, sigma: float, gamma: float,
@@ -145,7 +164,8 @@ class PSASCMomentumGD(PSASC):
 
     @classmethod
     def from_plan(cls, plan: TuningPlan, **hyperparameters) -> "PSASCMomentumGD":
-        """The method at the plan's sigma, for a plan calibrated at sample rate 1 (T full-batch Gaussian steps).
+        r"""The method at the plan's :math:`\sigma`, for a plan calibrated at sample rate 1 (:math:`T` full-batch
+        Gaussian steps).
 
         >>> from dpbook.tuning import tuning_plan
         >>> plan = tuning_plan(4.0, 1e-5, sample_rate=1.0, steps=50)

@@ -3,11 +3,12 @@ r"""Where a method is audited: its hyperparameters, the state it starts the step
 A one-step audit releases the method's noisy sum on a fixed batch D of per-example gradients (the *background*) and
 on D' = D plus one canary gradient. What makes the audit tight is the choice of the canary and of the state:
 
-- the **canary** is a Dirac gradient, ``u = e_0`` (the first coordinate of the first parameter tensor), scaled so
-  that its contribution reaches the method's sensitivity: 10^6 for every weight that saturates at infinity
-  (clipping at any threshold, Auto-S, PSAC, PSASC), exactly ``C_t`` for AdaClip (counted unclipped, it moves the
-  centred count by +1/2; a larger canary would move it by -1/2, as much, so either saturates both releases);
-- the **background** is 8 examples in directions orthogonal to u, with norms alternating 0.01 and 100: half are
+- the **canary** is a Dirac gradient, :math:`u = e_0` (the first coordinate of the first parameter tensor), scaled
+  so that its contribution reaches the method's sensitivity: :math:`10^6` for every weight that saturates at
+  infinity (clipping at any threshold, Auto-S, PSAC, PSASC), exactly :math:`C_t` for AdaClip (counted unclipped, it
+  moves the centred count by :math:`+1/2`; a larger canary would move it by :math:`-1/2`, as much, so either
+  saturates both releases);
+- the **background** is 8 examples in directions orthogonal to :math:`u`, with norms alternating 0.01 and 100: half are
   clipped at any threshold in between, which keeps AdaClip's released fraction and DC-SGD's histogram away from
   their clamps and empty bins;
 - the **state** (thresholds, ranges, bases, momenta, the step index) is set through the method's own
@@ -17,8 +18,8 @@ on D' = D plus one canary gradient. What makes the audit tight is the choice of 
 
 Every registered method declares its :class:`Scenario` next to its class (``declaration.audit``, see
 :mod:`dpbook.methods.declaration`); this module holds the audited world they share. Noise multipliers are about 1,
-so that every claim is about mu = 1 and epsilon of a few units, where a few thousand trials can tell a leak from a
-claim.
+so that every claim is about :math:`\mu = 1` and :math:`\varepsilon` of a few units, where a few thousand trials can
+tell a leak from a claim.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ from dpbook.methods.base import Method
 from dpbook.per_sample import Grads
 
 SHAPES = ((6,), (4,))
-"""The audited 'model': two parameter tensors (DPDR decomposes layer by layer), d = 10 coordinates in all."""
+"""The audited 'model': two parameter tensors (DPDR decomposes layer by layer), :math:`d = 10` coordinates in all."""
 
 BACKGROUND_NORMS = (0.01, 100.0) * 4
 """The norms of the 8 background examples."""
 
 HUGE = 1e6
-"""The canary's norm where a weight saturates at infinity (the contribution is then within 1e-8 of its bound)."""
+"""The canary's norm :math:`10^6` where a weight saturates at infinity (the contribution is then within
+:math:`10^{-8}` of its bound)."""
 
 DTYPE = torch.float64
 
@@ -52,14 +54,15 @@ def zeros() -> Grads:
 
 
 def dirac() -> Grads:
-    """The canary direction u = e_0: 1 in the first coordinate of the first tensor, 0 elsewhere."""
+    """The canary direction :math:`u = e_0`: 1 in the first coordinate of the first tensor, 0 elsewhere."""
     u = zeros()
     u[0][0] = 1.0
     return u
 
 
 def background(norms=BACKGROUND_NORMS, seed: int = 0) -> Grads:
-    """``len(norms)`` per-example gradients with the given norms, in fixed random directions orthogonal to u."""
+    """``len(norms)`` per-example gradients with the given norms, in fixed random directions orthogonal to
+    :math:`u`."""
     g = torch.Generator().manual_seed(seed)
     flat = torch.randn(len(norms), sum(math.prod(s) for s in SHAPES), generator=g, dtype=DTYPE)
     flat[:, 0] = 0.0  # orthogonal to the canary
@@ -68,7 +71,7 @@ def background(norms=BACKGROUND_NORMS, seed: int = 0) -> Grads:
 
 
 def _split(flat: torch.Tensor) -> Grads:
-    """Rows of flat vectors -> one tensor (n, *shape) per parameter tensor."""
+    """Rows of flat vectors -> one tensor ``(n, *shape)`` per parameter tensor."""
     out, start = [], 0
     for shape in SHAPES:
         size = math.prod(shape)

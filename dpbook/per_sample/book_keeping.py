@@ -10,7 +10,8 @@ pass of the micro-batch (Bu et al. 2022, "Differentially private optimization on
    and no parameter gradient at all;
 3. per layer, from ``(a, g)``: the per-sample squared norms, by the ghost norm or by forming that layer's
    per-sample gradients, whichever is cheaper for its dimensions (:mod:`dpbook.per_sample.layers`);
-4. ``||g_i||`` over all layers; the method turns them into weights ``w_i``; the re-weighted sum is formed per layer
+4. :math:`\lVert g_i\rVert` over all layers; the method turns them into weights :math:`w_i`; the re-weighted sum is
+   formed per layer
    from the same stored tensors.
 
 Exactness is the contract: a structure Book-Keeping cannot handle exactly (a layer fed keyword arguments, an

@@ -4,19 +4,20 @@ Example i's gradient of a layer's parameters depends on two tensors only: the la
 activations) and the gradient ``g_i`` of the summed loss with respect to the layer's output. From them, a rule
 gives, for the layer's trainable parameters together,
 
-- ``sq_norms``: the squared L2 norm of each example's gradient, shape (n,);
+- ``sq_norms``: the squared L2 norm of each example's gradient, shape ``(n,)``;
 - ``weighted(w)``: the re-weighted sum :math:`\sum_i w_i \nabla_\theta \ell_i` of each parameter.
 
 Two ways to get a norm, chosen per layer by cost (Bu et al. 2022, "Scalable and efficient training of large
 convolutional neural networks with differential privacy", mixed ghost clipping):
 
-- **instantiate** the per-sample gradient (e.g. ``G_i = g_i^T a_i``, p x d for a linear layer applied at T
-  positions; T p d multiply-adds and p d numbers per example) and keep it for the weighted sum;
+- **instantiate** the per-sample gradient (e.g. :math:`G_i = g_i^\top a_i`, :math:`p\times d` for a linear layer
+  applied at :math:`T` positions; :math:`Tpd` multiply-adds and :math:`pd` numbers per example) and keep it for the
+  weighted sum;
 - the **ghost norm** (Goodfellow 2015; Li et al. 2021) without forming it:
   :math:`\|g_i^\top a_i\|_F^2 = \sum_{t,t'} \langle a_{it}, a_{it'}\rangle \langle g_{it}, g_{it'}\rangle`
-  (T^2 (d + p) multiply-adds per example), then the weighted sum as one ordinary weight-gradient product with the
-  output gradients scaled by w: :math:`\sum_i w_i g_i^\top a_i = (w \odot g)^\top a` (Book-Keeping, Bu et al. 2022,
-  "Differentially private optimization on large model at small cost"): no second backward pass.
+  (:math:`T^2(d + p)` multiply-adds per example), then the weighted sum as one ordinary weight-gradient product with the
+  output gradients scaled by :math:`w`: :math:`\sum_i w_i g_i^\top a_i = (w \odot g)^\top a` (Book-Keeping, Bu et al.
+  2022, "Differentially private optimization on large model at small cost"): no second backward pass.
 
 A rule is an object (:class:`Rule`), one per layer type, registered for the exact types it knows with
 :func:`register` (as Opacus registers its grad samplers): it says which settings of the layer it computes exactly
@@ -94,7 +95,8 @@ GROUPED = "per-sample gradient, grouped calls"
 
 
 def ghost_is_cheaper(T: int, d: int, p: int) -> bool:
-    """Bu et al.'s per-layer choice: the ghost norm costs T^2 (d + p), instantiating costs T d p, per example."""
+    """Bu et al.'s per-layer choice: the ghost norm costs :math:`T^2(d + p)`, instantiating costs :math:`Tdp`, per
+    example."""
     return T * (d + p) < d * p
 
 
@@ -234,10 +236,11 @@ def _linear_sum(a: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tens
 
 @register(nn.Conv1d, nn.Conv2d)
 class ConvRule(Rule):
-    """A convolution with zero padding: a ``(n, C_in, *spatial)``, g ``(n, C_out, *spatial_out)``.
+    r"""A convolution with zero padding: a ``(n, C_in, *spatial)``, g ``(n, C_out, *spatial_out)``.
 
-    Its weight gradient is a linear layer's at the L output positions, on the unfolded input patches of
-    dimension d = C_in k / groups: the ghost norm costs L^2 (d + C_out) per example, forming the gradient L d C_out.
+    Its weight gradient is a linear layer's at the :math:`L` output positions, on the unfolded input patches of
+    dimension :math:`d = C_{\mathrm{in}}k/\mathrm{groups}`: the ghost norm costs :math:`L^2(d + C_{\mathrm{out}})` per
+    example, forming the gradient :math:`LdC_{\mathrm{out}}`.
     """
 
     def supports(self, module: nn.Conv1d | nn.Conv2d) -> bool:
@@ -310,8 +313,8 @@ def _conv_weight_grad(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.T
 
 
 def _grouped_weight_grads(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """The m per-sample weight gradients of a (m, C_in, *) as one convolution over a (1, m C_in, *) with m times
-    the groups: group j of the result is example j's gradient."""
+    """The m per-sample weight gradients of a ``(m, C_in, *)`` as one convolution over a ``(1, m C_in, *)`` with m
+    times the groups: group j of the result is example j's gradient."""
     m = len(a)
     weight = module.weight.detach().repeat(m, *([1] * (module.weight.dim() - 1)))
     grads = _conv_weight_grad(module, a.reshape(1, -1, *a.shape[2:]), g.reshape(1, -1, *g.shape[2:]),
@@ -320,9 +323,9 @@ def _grouped_weight_grads(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: tor
 
 
 GROUPED_WORK = 1_000_000
-"""On a CPU, per-sample conv gradients of at least this many multiply-adds per example (L d C_out) are formed by
-the convolution's own weight gradient, :data:`GROUPED_EXAMPLES` examples per call; smaller ones by unfolding the
-input and one batched product, which wins when the per-call overhead dominates. Measured on the book's models
+r"""On a CPU, per-sample conv gradients of at least this many multiply-adds per example (:math:`LdC_{\mathrm{out}}`) are
+formed by the convolution's own weight gradient, :data:`GROUPED_EXAMPLES` examples per call; smaller ones by unfolding
+the input and one batched product, which wins when the per-call overhead dominates. Measured on the book's models
 (2026-11-25, 2-core CPU); ``python -m dpbook.repro.bench`` times the whole step."""
 
 GROUPED_EXAMPLES = 16
@@ -372,9 +375,10 @@ class LayerNormRule(Rule):
 
 @register(nn.Embedding)
 class EmbeddingRule(SequenceRule):
-    r"""Row lookup: ids (n, T), g (n, T, p). Example i's gradient adds g_it to row ids_it, so its squared norm is
-    :math:`\sum_{t,t'} [\mathrm{id}_t = \mathrm{id}_{t'}] \langle g_t, g_{t'}\rangle` (ghost; the V x p per-sample
-    gradient is never formed). The padding row gets no gradient, as in ``nn.Embedding``."""
+    r"""Row lookup: ids ``(n, T)``, g ``(n, T, p)``. Example :math:`i`'s gradient adds :math:`g_{it}` to row
+    :math:`\mathrm{id}_{it}`, so its squared norm is
+    :math:`\sum_{t,t'} [\mathrm{id}_t = \mathrm{id}_{t'}] \langle g_t, g_{t'}\rangle` (ghost; the :math:`V\times p`
+    per-sample gradient is never formed). The padding row gets no gradient, as in ``nn.Embedding``."""
 
     def supports(self, module: nn.Embedding) -> bool:
         """Dense embeddings whose gradient does not depend on the batch (``scale_grad_by_freq`` counts batch-wide)."""

@@ -59,7 +59,7 @@ class NonFiniteGradientError(ValueError):
 
 
 class PerSampleGradients:
-    """Computes ``[g_1; ...; g_n]`` for the trainable parameters of ``model``.
+    r"""Computes :math:`[g_1; \ldots; g_n]` for the trainable parameters of ``model``.
 
     Example:
         >>> model = nn.Linear(3, 2)
@@ -102,7 +102,8 @@ def flat_norms(grads: Grads) -> torch.Tensor:
 
 
 def clip_factors(norms: torch.Tensor, C: float) -> torch.Tensor:
-    """``min(1, C / ||g_i||)``, the factor of flat L2 clipping ``Clip(g, C) = g min(1, C/||g||)`` (DC-SGD Eq. 1).
+    r""":math:`\min(1, C/\lVert g_i\rVert)`, the factor of flat L2 clipping
+    :math:`\mathrm{Clip}(g, C) = g\min(1, C/\lVert g\rVert)` (DC-SGD Eq. 1).
 
     A zero norm gives ``C / 0 = inf``, clamped to 1: a zero gradient stays zero.
 
@@ -113,7 +114,7 @@ def clip_factors(norms: torch.Tensor, C: float) -> torch.Tensor:
 
 
 def weighted_sum(grads: Grads, weights: torch.Tensor) -> Grads:
-    """``sum_i w_i g_i`` for each parameter: the re-weighted sum every scaling method releases."""
+    r""":math:`\sum_i w_ig_i` for each parameter: the re-weighted sum every scaling method releases."""
     return [torch.einsum("n,n...->...", weights.to(g.dtype), g) for g in grads]
 
 
