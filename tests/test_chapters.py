@@ -1,0 +1,111 @@
+"""What every numbered chapter of the book has (issue 32): links to the chapters it builds on, a summary at its end,
+three or more exercises each with its solution behind a toggle, and no assert in the code a reader sees.
+
+A chapter is a page of a numbered part of ``_toc.yml`` (the Reference part is not numbered). Its exercises are the
+items of the numbered list under its ``## Exercises`` heading; a solution is either a ``{dropdown} Solution`` in the
+Markdown, or a code cell tagged ``solution`` and ``hide-cell`` (code and output behind one toggle), which the
+notebook tests run like every other cell.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+MIN_EXERCISES = 3
+HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+
+
+def chapters() -> list[Path]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    names = [ch["file"] for part in toc["parts"] if part.get("numbered") for ch in part["chapters"]]
+    return [next(p for p in (ROOT / f"{n}.ipynb", ROOT / f"{n}.md") if p.exists()) for n in names]
+
+
+CHAPTERS = chapters()
+
+
+def cells(path: Path) -> list[tuple[str, str, list[str]]]:
+    """(kind, source, tags) of every cell; a Markdown chapter is one Markdown cell."""
+    if path.suffix == ".md":
+        return [("markdown", path.read_text(), [])]
+    nb = nbformat.read(path, as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+
+
+def section(path: Path, title: str) -> list[tuple[str, str, list[str]]] | None:
+    """The cells from the ``## title`` heading to the next ``## `` heading (that cell's text before it), or None."""
+    out, inside = [], False
+    for kind, source, tags in cells(path):
+        if kind == "markdown":
+            parts = re.split(r"(?m)^## ", source)
+            for k, part in enumerate(parts):
+                if k == 0 and not source.startswith("## "):
+                    if inside and part.strip():
+                        out.append((kind, part, tags))
+                    continue
+                if inside:
+                    return out
+                if part.split("\n", 1)[0].strip() == title:
+                    inside = True
+                    out.append((kind, part.split("\n", 1)[1] if "\n" in part else "", tags))
+        elif inside:
+            out.append((kind, source, tags))
+    return out if inside else None
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_chapter_has_three_exercises_with_solutions(path):
+    exercises = section(path, "Exercises")
+    assert exercises is not None, f"{path.name}: no '## Exercises' section"
+    text = "\n".join(source for kind, source, _ in exercises if kind == "markdown")
+    items = re.findall(r"(?m)^\d+\.\s", text)
+    solutions = len(re.findall(r"(?m)^(`{3,}|:{3,})\{dropdown\} Solution", text))
+    code = [tags for kind, _, tags in exercises if kind == "code"]
+    solution_cells = [tags for tags in code if "solution" in tags]
+    assert len(items) >= MIN_EXERCISES, f"{path.name}: {len(items)} exercise(s), at least {MIN_EXERCISES} wanted"
+    assert solutions + len(solution_cells) >= len(items), (
+        f"{path.name}: {len(items)} exercises but {solutions + len(solution_cells)} solutions")
+    for tags in code:
+        assert {"solution", "hide-cell"} <= set(tags), (
+            f"{path.name}: a code cell among the exercises is not a solution behind a toggle (tags {tags}; "
+            "tag it solution and hide-cell)")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_chapter_ends_with_a_summary_before_its_exercises(path):
+    summary = section(path, "Summary")
+    assert summary and any(kind == "markdown" and source.strip() for kind, source, _ in summary), (
+        f"{path.name}: no '## Summary' section")
+    headings = [line[3:].strip() for kind, source, _ in cells(path) if kind == "markdown"
+                for line in source.splitlines() if line.startswith("## ")]
+    assert headings[-2:] == ["Summary", "Exercises"], f"{path.name}: its last sections are {headings[-2:]}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS[1:], ids=lambda p: p.stem)
+def test_every_chapter_links_the_chapters_it_builds_on(path):
+    """Every chapter but the first links another chapter in its opening (the text before its first section)."""
+    opening = []
+    for kind, source, _ in cells(path):
+        if kind == "markdown":
+            head = re.split(r"(?m)^## ", source)[0]
+            opening.append(head)
+            if head != source:
+                break
+    others = {p.name for p in CHAPTERS} - {path.name}
+    linked = {Path(target).name for target in re.findall(r"\]\(([^)#\s]+)", "\n".join(opening))}
+    assert linked & others, f"{path.name}: its opening links no other chapter"
+
+
+@pytest.mark.parametrize("path", [p for p in CHAPTERS if p.suffix == ".ipynb"], ids=lambda p: p.stem)
+def test_no_assert_in_the_code_a_reader_sees(path):
+    """Checks that back the text live in the library or in a cell behind a toggle (hide-input), not in the code
+    that teaches."""
+    shown = [source.splitlines()[0][:60] for kind, source, tags in cells(path)
+             if kind == "code" and not HIDDEN & set(tags) and re.search(r"(?m)^\s*assert\b", source)]
+    assert not shown, f"{path.name}: visible cells with an assert: {shown}"
