@@ -181,7 +181,7 @@ _PAGE_FACTS = r"""
   for (const el of main.querySelectorAll('.cell_output img, mjx-container[display="true"]')) {
     const right = el.getBoundingClientRect().right, parent = el.parentElement;
     if (!visible(el) || el.closest('.tag_full-width')) continue;
-    if (right > box.right + 1 || parent.scrollWidth > parent.clientWidth + 1)
+    if (right > box.right + 1 || parent.scrollWidth > parent.clientWidth + 1 || el.scrollWidth > el.clientWidth + 1)
       overflowing.push(`${el.tagName.toLowerCase()} reaching ${right.toFixed(0)} px (the column ends at `
                        + `${box.right.toFixed(0)} px): ` + JSON.stringify((el.getAttribute('alt') || el.textContent
                        || '').trim().slice(0, 60)));
