@@ -299,7 +299,7 @@ def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d
     r"""DPDR, Theorem 2 (with clipping), second line of the right-hand side:
 
     .. math:: \frac{\mathcal L(w_0)}{\gamma T}+\frac{\rho\gamma'}2\big(2C_\perp^2+dC_\perp^2\sigma_\perp^2
-       +2C_\alpha^2+mC_\alpha^2\sigma_\alpha^2\big)+\frac{15}{4T}\sum_t\big(C_\perp\tau_{\perp,t}\sqrt{P_{\perp,t}}
+       +2C_\alpha^2+mC_\alpha^2\sigma_\alpha^2\big)\\+\frac{15}{4T}\sum_t\big(C_\perp\tau_{\perp,t}\sqrt{P_{\perp,t}}
        +C_\alpha\tau_{\alpha,t}\sqrt{P_{\alpha,t}}\big),\qquad\gamma'=B\gamma.
 
     Terms: ``second_moment`` :math:`= \frac{\rho\gamma'}2(2C_\perp^2 + 2C_\alpha^2)`; ``noise``

@@ -6,11 +6,12 @@ bin :math:`[(b - 1)R_t/b, \infty)`:
 
 .. math::
 
-    \mathrm{index}(G_i) &= \min\big(b - 1, \lfloor bG_i/R_t\rfloor\big)
-        \qquad\text{(Alg. 2 l.5; the paper prints } \max(n - 1, \ldots) \text{ [DCSGD-7])},\\
+    \mathrm{index}(G_i) &= \min\big(b - 1, \lfloor bG_i/R_t\rfloor\big),\\
     H_t[k] &= \#\{i \in \mathcal B_t : \mathrm{index}(G_i) = k\},\\
-    \tilde H_t &= H_t + \mathcal N(0, \sigma_H^2I_b)
-        \qquad\text{(Alg. 2 l.6; sensitivity 1, noise never scaled by data)}.
+    \tilde H_t &= H_t + \mathcal N(0, \sigma_H^2I_b).
+
+The index is Alg. 2 l.5 (the paper prints :math:`\max(n - 1, \ldots)`, [DCSGD-7]); the noise is Alg. 2 l.6:
+sensitivity 1, never scaled by data.
 
 Adding or removing one example changes exactly one count by one, so the histogram has L2 sensitivity 1 under the
 add/remove adjacency of Poisson sampling (under replace-one it would be :math:`\sqrt2`). The noisy counts are real
