@@ -18,7 +18,7 @@ from __future__ import annotations
 __all__ = [
     "Cells", "WORDS", "cells", "status_line", "values", "accuracy_table", "unreachable",
     "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "verdict", "Claim", "judge", "versus_baseline",
-    "against", "identical_counts", "identical_seeds", "identical_table", "histogram_noise", "histogram_noise_table",
+    "against", "identical_counts", "identical_table", "histogram_noise_table",
     "setting_noise"
 ]
 
@@ -98,10 +98,6 @@ def varied(grid: Sequence[Mapping]) -> list[str]:
     return [k for k in keys if len({repr(point.get(k)) for point in grid}) > 1]
 
 
-def _value_text(value) -> str:
-    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
-
-
 def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[str],
                  epsilons: Sequence[float]) -> str:
     """The best grid point of each tuned method at each epsilon under "none" (the point re-trained): a row per
@@ -114,7 +110,7 @@ def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[
             row = {"method": method_label(m), "hyperparameter": f"`{k}`"}
             for column, e in zip(columns, epsilons):
                 c = the_cells[(m, e, "none")]
-                row[column] = _value_text(c["chosen"][0].get(k)) if c["chosen"] else c["status"]
+                row[column] = c["chosen"][0].get(k) if c["chosen"] else c["status"]  # markdown_table formats it
             rows.append(row)
     return results.markdown_table(rows, ["method", "hyperparameter", *columns])
 
@@ -298,12 +294,6 @@ def identical_counts(the_cells: Cells, group: Sequence[str], epsilons: Sequence[
     return counts
 
 
-def identical_seeds(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> list[str]:
-    """:func:`identical_counts` as lines: ``"eps=1: the 4 methods give identical test accuracy in 5 of 5 seeds"``."""
-    return [f"eps={e:g}: the {len(group)} methods give identical test accuracy in {equal} of {seeds} seeds"
-            for e, equal in identical_counts(the_cells, group, epsilons, seeds).items()]
-
-
 def identical_table(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> str:
     """:func:`identical_counts` as a Markdown table: a row per epsilon, the seeds in which the methods of ``group``
     give identical test accuracy."""
@@ -322,16 +312,9 @@ def _histogram_noise_cells(the_cells: Cells, epsilons: Sequence[float]):
                 yield protocol, e, c, run_sigma_H(c["sigma"])
 
 
-def histogram_noise(the_cells: Cells, epsilons: Sequence[float], batch_size: int, bins: int = 20) -> list[str]:
-    """DC-SGD-P under the charged protocols: its runs' sigma, the histogram's sigma_H (``run_sigma_H``) against the
-    examples a bin holds on average (B / b), and its accuracy."""
-    return [f"{protocol:3} eps={e:g}: sigma {c['sigma']:5.2f}, sigma_H {sH:5.2f} per bin against "
-            f"{batch_size / bins:.1f} examples; accuracy {_cell_text(c)}"
-            for protocol, e, c, sH in _histogram_noise_cells(the_cells, epsilons)]
-
-
 def histogram_noise_table(the_cells: Cells, epsilons: Sequence[float], batch_size: int, bins: int = 20) -> str:
-    """:func:`histogram_noise` as a Markdown table: a row per charged protocol and epsilon."""
+    """DC-SGD-P under the charged protocols, a row per protocol and epsilon: its runs' sigma, the histogram's
+    sigma_H (``run_sigma_H``) against the examples a bin holds on average (B / b), and its accuracy."""
     rows = [{"protocol": protocol, "eps": f"{e:g}", "sigma": f"{c['sigma']:.2f}", "sigma_H": f"{sH:.2f}",
              "per bin": f"{batch_size / bins:.1f}", "accuracy": _cell_text(c)}
             for protocol, e, c, sH in _histogram_noise_cells(the_cells, epsilons)]
