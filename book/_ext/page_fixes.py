@@ -4,6 +4,8 @@
   environment; in Jupyter Book's build it lands twice on every page and the browser reports "Identifier
   'THEBE_JS_URL' has already been declared" (sphinx-togglebutton's selector is doubled the same way). Each
   distinct script is kept once, in its first position.
+- The search page's excerpts (``_static/search_excerpts.js``) leave out the print-only table of contents and show
+  their formulas typeset: the page loads the book's MathJax, which Sphinx gives only to pages with formulas.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts[:] = unique
 
 
+def _search_page_scripts(app, pagename, templatename, context, doctree) -> None:
+    if pagename == "search" and app.builder.format == "html":
+        app.builder.add_js_file(app.config.mathjax_path, defer="defer")
+        app.builder.add_js_file("search_excerpts.js", defer="defer")
+
+
 def setup(app):
     app.connect("html-page-context", _unique_scripts, priority=100)  # first: a handler may end the event
+    app.connect("html-page-context", _search_page_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

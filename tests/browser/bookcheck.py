@@ -9,13 +9,16 @@ system is a defect, so the page must carry its own MathJax and fonts.
 from __future__ import annotations
 
 import base64
+import http.server
 import io
 import json
 import os
 import re
 import shutil
+import threading
+import urllib.parse
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -211,6 +214,7 @@ _PAGE_FACTS = r"""
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     imgs, code, tables, mainRight: box.right, opening, overflowing, captions, printedTables,
+    searchBoxes: Array.from(document.querySelectorAll('.search-button-field')).filter(visible).length,
     pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth, pageText: main.innerText,
   };
 }
@@ -226,6 +230,11 @@ async () => {
   return 'done';
 }
 """
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the test's output, not a request log
+        pass
 
 
 class BookBrowser:
@@ -251,6 +260,30 @@ class BookBrowser:
             context.close()
         targets = {t[0].resolve() for t in map(_local_target, hrefs) if t}
         return targets | ({here[0].resolve()} if here else set())
+
+    def search(self, html_root: Path, query: str) -> list[dict]:
+        """The results of the book's search page for ``query``, as a reader of the published book gets them: the
+        book served over HTTP (from localhost; nothing else is reachable), since a page's excerpt is fetched from the
+        page itself, which a browser refuses for ``file:`` pages. Each result: its title, link and excerpt."""
+        handler = partial(_QuietHandler, directory=str(html_root))
+        with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            context = self.browser.new_context(viewport=VIEWPORT)
+            try:
+                origin = f"http://127.0.0.1:{server.server_address[1]}/"
+                context.route("**/*", lambda r: r.continue_() if r.request.url.startswith(origin) else r.abort())
+                page = context.new_page()
+                page.goto(f"{origin}search.html?q={urllib.parse.quote(query)}", wait_until="load")
+                page.wait_for_function("() => /Search finished|did not match/.test("
+                                       "document.querySelector('#search-results p.search-summary')?.textContent || '')")
+                page.wait_for_load_state("networkidle")
+                return page.eval_on_selector_all(
+                    "#search-results li", "items => items.map(li => ({title: li.querySelector('a').textContent, "
+                    "href: li.querySelector('a').getAttribute('href'), "
+                    "excerpt: (li.querySelector('p.context') || {}).textContent || ''}))")
+            finally:
+                context.close()
+                server.shutdown()
 
     def check_page(self, html_file: Path, *, name: str, notebook: Path | None = None, colab: str | None = None,
                    screenshot: Path | None = None) -> list[Defect]:
@@ -400,6 +433,9 @@ class BookBrowser:
             if block["lines"] > MAX_VISIBLE_CODE_LINES and not block["parameters"]:
                 add("code-too-long", f"{block['lines']} lines of visible code (more than {MAX_VISIBLE_CODE_LINES}; "
                                      f"hide bookkeeping and plotting with the cell tag hide-input): {block['first']!r}")
+        if facts["searchBoxes"] != 1:
+            add("search-boxes", f"{facts['searchBoxes']} search boxes on the page (one, the sidebar's: "
+                                f"html_theme_options.navbar_persistent in _config.yml)")
         if len(facts["opening"]) < MIN_OPENING_CHARS or facts["opening"].startswith("<"):
             add("no-opening-paragraph", f"the page does not open with a paragraph saying what the reader learns: "
                                         f"after the title comes {facts['opening'][:80]!r}")

@@ -9,6 +9,8 @@ download buttons. A full-page screenshot of each page goes to ``_build/screensho
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from .bookcheck import book_pages, colab_link
@@ -32,3 +34,15 @@ def test_table_of_contents_reaches_every_chapter(browser, html_root):
     linked = browser.sidebar_links(html_root / "index.html")
     missing = [p.docname for p in PAGES if p.html(html_root).resolve() not in linked]
     assert not missing, f"the table of contents does not reach: {missing}"
+
+
+def test_search_finds_the_chapters_and_shows_excerpts(browser, html_root):
+    """The search page (the sidebar's search box) lists the chapters that use a word, each with an excerpt around
+    it: a reader of the published book, served over HTTP, gets both."""
+    results = browser.search(html_root, "clipping")
+    chapters = [r for r in results if r["href"].startswith("notebooks/")]
+    assert len(chapters) >= 10, f"the search for 'clipping' found {len(chapters)} chapters: {results[:5]}"
+    without = [r["title"] for r in chapters if "clip" not in r["excerpt"].lower()]
+    assert not without, f"search results without an excerpt around the word: {without}"
+    tex = [r["excerpt"] for r in results if re.search(r"\\[()\[\]]", r["excerpt"])]
+    assert not tex, f"excerpts that show a formula's TeX source instead of the formula: {tex[:3]}"
