@@ -77,7 +77,7 @@ def check_cost_table(study, cells, output, record):
     for row in rows:
         mine = [c for c in record["cells"].values() if c["table"] == row["table"] and "error" not in c]
         assert row["runs"] == sum(c["runs"] for c in mine)
-        assert row["cpu"] == pytest.approx(sum(c["runs"] * c["steps_per_run"]
+        assert sum(t for t in row["cpu"] if t is not None) == pytest.approx(sum(c["runs"] * c["steps_per_run"]
                                                * record["combinations"][c["combination"]]["step_s"] for c in mine))
         assert row["gpu_text"] == "not measured"
     text = dry_run.cost_table(study, output.parent)

@@ -242,14 +242,28 @@ def _projected(record: dict | None, cell_key: str) -> float | None:
     return cell["runs"] * cell["steps_per_run"] * measured["step_s"]
 
 
+def _projected_text(projected: list[float | None]) -> str:
+    """The projected time of some cells (None: a cell not measured), saying how many were measured when not all.
+
+    >>> _projected_text([3600.0, None]), _projected_text([None]), _projected_text([1800.0, 1800.0])
+    ('1.0 h (1 of 2 cells)', 'not measured', '1.0 h')
+    """
+    measured = [t for t in projected if t is not None]
+    if not measured:
+        return "not measured"
+    return _hours(sum(measured)) + ("" if len(measured) == len(projected) else
+                                    f" ({len(measured)} of {len(projected)} cells)")
+
+
 def _out_of_memory(measured: dict) -> bool:
     return any(m in measured.get("error", "") for m in OUT_OF_MEMORY)
 
 
 def cost_rows(cpu: dict | None, gpu: dict | None = None) -> list[dict]:
     """One row per table of the dry-run records of a chapter on the CPU and on a GPU (either may be None; the cells
-    are the fuller record's): cells, runs, steps, each device's projected time ("not measured" without its record,
-    the share of cells it measured when partial), cells that failed to build (and why, once per reason) and cells
+    are the fuller record's): cells, runs, steps, each device's projected seconds per built cell (None where it
+    measured none) and their total as text ("not measured" without its record, the share of cells it measured when
+    partial), cells that failed to build (and why, once per reason) and cells
     above 15 GB (by the GPU's peak allocated memory where the ``gpu`` record measured the cell's combination, else
     by the CPU's resident peak, which also counts the runtime's own memory)."""
     records = {"cpu": cpu, "gpu": gpu}
@@ -257,8 +271,7 @@ def cost_rows(cpu: dict | None, gpu: dict | None = None) -> list[dict]:
     tables: dict[str, dict] = {}
     for key, cell in cells.items():
         row = tables.setdefault(cell["table"], {"table": cell["table"], "cells": 0, "runs": 0, "steps": 0,
-                                                "failed": collections.Counter(), "big": 0,
-                                                **{f"{d}{part}": 0 for d in records for part in ("", "_cells")}})
+                                                "failed": collections.Counter(), "big": 0, **{d: [] for d in records}})
         row["cells"] += 1
         if "error" in cell:
             row["failed"][cell["error"]] += 1
@@ -270,16 +283,11 @@ def cost_rows(cpu: dict | None, gpu: dict | None = None) -> list[dict]:
         if measured and "error" in measured[0] and not _out_of_memory(measured[0]):
             row["failed"][f"step: {measured[0]['error']}"] += 1
         row["big"] += bool(measured) and (_out_of_memory(measured[0]) or measured[0].get("peak_mib", 0) > FITS_MIB)
-        for device, record in records.items():
-            seconds = _projected(record, key)
-            row[device] += seconds or 0.0
-            row[f"{device}_cells"] += seconds is not None
+        for device, record in records.items():  # the cells that were built
+            row[device].append(_projected(record, key))
     for row in tables.values():
-        built = row["cells"] - sum(n for why, n in row["failed"].items() if not why.startswith("step: "))
         for device in records:
-            n = row[f"{device}_cells"]
-            row[f"{device}_text"] = ("not measured" if not n else _hours(row[device])
-                                     + ("" if n == built else f" ({n} of {built} cells)"))
+            row[f"{device}_text"] = _projected_text(row[device])
         row["failed_text"] = "; ".join(f"{n} × {_reason(why)}" for why, n in row["failed"].items()) or "none"
     return list(tables.values())
 
@@ -328,10 +336,8 @@ def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
             row["empty"].append(json.dumps(list(cell)))
     for row in tables.values():
         for name, record in records.items():
-            projected = [t for t in (_projected(record, key) for key in row["empty"]) if t is not None]
-            row[name] = ("nothing left" if not row["empty"] else "not measured" if not projected else _hours(
-                sum(projected)) + ("" if len(projected) == len(row["empty"]) else
-                                   f" ({len(projected)} of {len(row['empty'])} cells)"))
+            row[name] = (_projected_text([_projected(record, key) for key in row["empty"]]) if row["empty"]
+                         else "nothing left")
     devices = collections.Counter(r["device"] for r in results.load_results(study, root=chapter.results,
                                                                             smoke=chapter.smoke))
     came = ", ".join(f"{device}: {n}" for device, n in devices.most_common()) or "none yet"
