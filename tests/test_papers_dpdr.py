@@ -128,10 +128,9 @@ def test_the_figures_without_results_are_empty_and_say_why(tmp_path):
     assert rep.fig5_table() == "Fig. 5: no Table 1 run on mnist at epsilon 3 yet (not run yet)"
     assert rep.fig6_notes() == ["DPDR: waits for Table 1's grid on mnist at ε = 3",
                                 "DP-SGD: waits for Table 1's grid on mnist at ε = 3"]
-    for fig in (rep.fig5_figure(), rep.fig6_figure()):
-        assert len(fig.axes) == 3
-        assert all("not run yet" in [t.get_text() for t in ax.texts] for ax in fig.axes)
-        matplotlib.pyplot.close(fig)
+    assert rep.fig5_figure() == (None, [])  # fig5_table says why
+    assert rep.fig6_figure() == (None, ["(a) Expected batch size", "(b) DPDR's coefficient bound",
+                                        "(c) DPDR's GDR length"])
 
 
 def test_the_noise_table_sets_ours_next_to_table_2():
@@ -158,3 +157,17 @@ def test_chosen_leaves_out_the_ratio():
                                                                "sigma_alpha_ratio": 10.0})
     assert Reproduction.chosen(run) == "lr 0.5, C_alpha 1.5, C_g 0.1, C_perp 0.3, s 50"
     assert Reproduction.chosen(None) == ""
+
+
+def test_fig6_draws_only_the_panels_with_results(tmp_path):
+    rep = Reproduction(datasets=["mnist"], epsilons=[3.0], fig_dataset="mnist", fig6_epsilon=3.0, lr_grid=[0.5, 2.0],
+                       C_grid=[0.1, 1.0], batch_size=32, epochs=1, smoke=True, results_dir=str(tmp_path))
+    fake_results(rep, reproduce.search(*rep.spec(("mnist", 3.0, "dpsgd"))), lambda run: 0.8)
+    points, _ = rep.figure6_points()
+    fake_results(rep, [run for _, run in points["B", "dpsgd"]], lambda run: 0.7)
+    figure, missing = rep.fig6_figure()
+    (ax,) = figure.axes  # panel (a), DP-SGD's batch sizes; DPDR's grid has no result, so (b) and (c) are named
+    assert ax.get_title().startswith("(a) Expected batch size") and [t.get_text() for t in ax.get_legend().texts] == [
+        "DP-SGD"]
+    assert missing == ["(b) DPDR's coefficient bound", "(c) DPDR's GDR length"]
+    matplotlib.pyplot.close(figure)

@@ -3,8 +3,10 @@ figures sized for the book's text column (panels stacked in rows, one legend out
 
 from __future__ import annotations
 
-__all__ = ["NONPRIVATE_COLOUR", "method_colour", "method_label", "axes", "annotate_empty", "PAGE_WIDTH", "panel_grid",
-           "legend_below", "SMALLEST_TEXT_KEY", "smallest_text_px", "book_figures"]
+__all__ = ["NONPRIVATE_COLOUR", "method_colour", "method_label", "axes", "Panels", "show_panels", "not_run_yet",
+           "PAGE_WIDTH", "panel_grid", "legend_below", "SMALLEST_TEXT_KEY", "smallest_text_px", "book_figures"]
+
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
@@ -57,17 +59,33 @@ def axes(title: str, xlabel: str, ylabel: str, *, ax=None, figsize=(6, 4)):
     return ax
 
 
-def annotate_empty(ax, text: str = "not run yet", **text_kwargs):
-    """Say in the middle of an empty panel why it is empty (e.g. no result file yet); ``text_kwargs`` go to
-    ``ax.text`` (defaults: grey, size 13).
+class Panels(NamedTuple):
+    """A reproduction's figure as far as its results go: the panels that have results, drawn (``figure``, None when
+    none has), and the names of the panels that have none yet (``missing``), which are not drawn empty."""
 
-    >>> ax = axes("Test accuracy", "epoch", "test accuracy (%)")
-    >>> annotate_empty(ax).get_text()
-    'not run yet'
-    >>> plt.close("all")
+    figure: Figure | None
+    missing: list[str]
+
+
+def show_panels(panels: Panels | None) -> Panels | None:
+    """Show a reproduction's figure in a notebook (nothing when none of its panels has results, or for None: no
+    panel of the figure is selected) and return ``panels``, for :func:`not_run_yet` in a later cell."""
+    if panels is not None and panels.figure is not None:
+        plt.show()
+    return panels
+
+
+def not_run_yet(figures: dict[str, Panels | None]) -> str:
+    """Markdown naming, per figure, the panels left out because they have no results yet ("" when there are none).
+    Show it in a cell of its own: the book puts whatever a captioned figure's cell shows inside that figure.
+
+    >>> print(not_run_yet({"Fig. 5": Panels(None, ["MNIST/CNN", "SVHN/ResNet18"]), "Fig. 6": None}))
+    **Not run yet**, so not drawn above:
+    <BLANKLINE>
+    - Fig. 5: MNIST/CNN, SVHN/ResNet18
     """
-    style = dict(ha="center", va="center", color="0.45", fontsize=13) | text_kwargs
-    return ax.text(0.5, 0.5, text, transform=ax.transAxes, **style)
+    lines = [f"- {what}: {', '.join(p.missing)}" for what, p in figures.items() if p is not None and p.missing]
+    return "**Not run yet**, so not drawn above:\n\n" + "\n".join(lines) if lines else ""
 
 
 #: Widest figure (inches, at matplotlib's 100 dpi) that the book's text column shows at 70 % or more of its size.

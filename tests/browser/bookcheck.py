@@ -194,6 +194,10 @@ _PAGE_FACTS = r"""
       .filter(pre => pre.textContent.split('\n').filter(l => /\S {2,}\S/.test(l)).length >= 3)
       .map(pre => pre.textContent.trim().split('\n')[0].slice(0, 80));
   const captions = Array.from(main.querySelectorAll('figcaption')).map(c => c.textContent.trim());
+  // a caption around no picture: a captioned cell that showed text or a table instead of its figure
+  const captionsWithoutFigure = Array.from(main.querySelectorAll('figure'))
+      .filter(f => f.querySelector('figcaption') && !f.querySelector('img, svg, canvas, object'))
+      .map(f => f.querySelector('figcaption').textContent.trim().slice(0, 80));
   const h1 = main.querySelector('h1');
   let opening = '';
   if (h1) {
@@ -213,7 +217,7 @@ _PAGE_FACTS = r"""
         .map(e => e.getAttribute('data-mjx-error') || e.textContent),
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
-    imgs, code, tables, mainRight: box.right, opening, overflowing, captions, printedTables,
+    imgs, code, tables, mainRight: box.right, opening, overflowing, captions, captionsWithoutFigure, printedTables,
     searchBoxes: Array.from(document.querySelectorAll('.search-button-field')).filter(visible).length,
     pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth, pageText: main.innerText,
   };
@@ -392,6 +396,9 @@ class BookBrowser:
             if text in seen:
                 add("duplicate-caption", f"two figures of the page have the caption {text[:100]!r}")
             seen.add(text)
+        for caption in facts["captionsWithoutFigure"]:
+            add("caption-without-figure", f"a figure caption with no picture above it (a captioned cell showed "
+                                          f"something else: show it in a cell of its own): {caption!r}")
 
     @staticmethod
     def _check_links(facts, html_file: Path, add) -> None:

@@ -98,6 +98,8 @@ INSERTED = {
     "printed-table": _cell_output("<pre>epsilon  sigma\n1.0      2.1\n2.0      1.2\n4.0      0.8</pre>"),
     "scaffolding": '<div class="cell_input"><div class="highlight"><pre># NBVAL_CHECK_OUTPUT\nx = 1</pre></div></div>',
     "bare-assert": '<div class="cell_input"><div class="highlight"><pre>x = 1\nassert x == 1</pre></div></div>',
+    "caption-without-figure": ('<figure><p><em>Fig. 5, not run yet: MNIST/CNN.</em></p>'
+                               '<figcaption><p>Fig. 1.9 Accuracy against p.</p></figcaption></figure>'),
     "search-boxes": '<button class="btn search-button-field">Search</button>',
     "duplicate-caption": _figure("Fig. 1.8 Accuracy against epochs.") + _figure("Fig. 1.9 Accuracy against epochs."),
 }

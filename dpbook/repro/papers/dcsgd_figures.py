@@ -18,7 +18,6 @@ import collections
 import hashlib
 import json
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.ticker import NullLocator
@@ -29,7 +28,7 @@ from dpbook.per_sample import PerSampleGradients, flat_norms
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import prepare
 from dpbook.repro.papers.dcsgd import FIGURES, LABELS, MODEL_NAMES, STUDY
-from dpbook.repro.plotting import annotate_empty, axes, legend_below, method_colour, panel_grid
+from dpbook.repro.plotting import Panels, axes, legend_below, method_colour, panel_grid
 from dpbook.train import evaluate
 
 AXIS = {"p": "p (fraction of examples left unclipped)", "b": "b (number of histogram bins)",
@@ -37,10 +36,10 @@ AXIS = {"p": "p (fraction of examples left unclipped)", "b": "b (number of histo
 STYLES = ["-", "--", ":", "-."]
 
 
-def sensitivity_figure(rep, fig: str) -> plt.Figure | None:
+def sensitivity_figure(rep, fig: str) -> Panels | None:
     """Figure ``fig`` (5, 6, 7, 9, 10 or 11): mean ± std final test accuracy over ``figure_seeds`` against the swept
-    hyperparameter, a line per (method, epsilon), a panel per selected (dataset, model); x marks an unreachable
-    point. None when no panel is selected."""
+    hyperparameter, a line per (method, epsilon), a panel per selected (dataset, model) with results; x marks an
+    unreachable point. None when no panel is selected."""
     name, fig_methods, panels = FIGURES[fig]
     points = collections.defaultdict(list)
     for (dataset, model, method, epsilon, value), base in rep.figure_points(fig):
@@ -49,19 +48,23 @@ def sensitivity_figure(rep, fig: str) -> plt.Figure | None:
     shown = [(d, m) for d, m in panels if rep.in_figure(d)]
     if not shown:
         return None
-    figure, axs = panel_grid(len(shown))
-    for ax, (dataset, model) in zip(axs, shown):
+    has_results = [(d, m) for d, m in shown
+                   if any(c["values"] or c["status"] == "unreachable" for method in fig_methods
+                          for epsilon in rep.figure_epsilons for _, c in points[d, m, method, float(epsilon)])]
+    missing = [_setting_name(rep, d, m) for d, m in shown if (d, m) not in has_results]
+    if not has_results:
+        return Panels(None, missing)
+    figure, axs = panel_grid(len(has_results))
+    for ax, (dataset, model) in zip(axs, has_results):
         methods_text = " and ".join(LABELS[m] for m in fig_methods)
         axes(f"Fig. {fig} ({rep.dataset_names[dataset]}, {MODEL_NAMES[model]}):\n{methods_text}, Adam",
              AXIS[name], "test accuracy (%)", ax=ax)
-        any_data = False
         for method in fig_methods:
             for k, epsilon in enumerate(rep.figure_epsilons):
                 got = points[dataset, model, method, float(epsilon)]
                 xs = [v for v, c in got if c["values"]]
                 stats = [results.mean_std(100 * np.array(c["values"])) for v, c in got if c["values"]]
                 if xs:
-                    any_data = True
                     ax.errorbar(xs, [s[0] for s in stats], yerr=[0 if s[2] < 2 else s[1] for s in stats],
                                 color=method_colour(method), ls=STYLES[k % len(STYLES)], marker="o", capsize=3,
                                 label=f"{LABELS[method]}, ε = {epsilon:g}")
@@ -74,11 +77,12 @@ def sensitivity_figure(rep, fig: str) -> plt.Figure | None:
             ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticks(rep.swept[name], [f"{v:g}" for v in rep.swept[name]])
         ax.set_xlim(min(rep.swept[name]) * (0.8 if name != "p" else 0.9), max(rep.swept[name]) * 1.1)
-        if not any_data:
-            ax.set_ylim(0, 100)
-            annotate_empty(ax, color="0.4", fontsize=14)
     legend_below(figure, axs)
-    return figure
+    return Panels(figure, missing)
+
+
+def _setting_name(rep, dataset: str, model: str) -> str:
+    return f"{rep.dataset_names[dataset]}/{MODEL_NAMES[model]}"
 
 
 # -- Figs. 4 and 8: measurements inside training -----------------------------------------------------------------
@@ -196,21 +200,23 @@ def measure(rep) -> list[tuple[str, str]]:
     return failures
 
 
-def fig4_figure(rep) -> plt.Figure | None:
-    """Fig. 4: E(C) at the measured points of the run, a panel per selected setting; the dashed line marks each
-    curve's minimiser."""
+def fig4_figure(rep) -> Panels | None:
+    """Fig. 4: E(C) at the measured points of the run, a panel per selected setting with results; the dashed line
+    marks each curve's minimiser. None when no setting is selected."""
     shown = [(d, m) for d, m in rep.fig4_settings if rep.in_figure(d)]
     if not shown:
         return None
-    figure, axs = panel_grid(len(shown))
-    for ax, (dataset, model) in zip(axs, shown):
+    records = {(d, m): load_analysis(rep, "fig4", d, m) for d, m in shown}
+    measured = [s for s in shown if records[s] is not None]
+    missing = [_setting_name(rep, *s) for s in shown if records[s] is None]
+    if not measured:
+        return Panels(None, missing)
+    figure, axs = panel_grid(len(measured))
+    for ax, (dataset, model) in zip(axs, measured):
         axes(f"Fig. 4 ({rep.dataset_names[dataset]}, {MODEL_NAMES[model]}):\nE(C), Eq. 4, during DP-SGD "
              f"(C = 1, ε = 8, Adam)\ntrue norms of one batch", "threshold C (gradient-norm units)",
              "E(C) (squared gradient-norm units)", ax=ax)
-        record = load_analysis(rep, "fig4", dataset, model)
-        if record is None:
-            annotate_empty(ax, color="0.4", fontsize=14)
-            continue
+        record = records[dataset, model]
         for k, curve in enumerate(record["curves"]):
             line, = ax.plot(curve["C"], curve["E"], color=method_colour("dpsgd"), ls=STYLES[k % len(STYLES)],
                             label=f"step {curve['step']} of {record['T']} (batch of {curve['batch']})")
@@ -218,29 +224,27 @@ def fig4_figure(rep) -> plt.Figure | None:
         ax.set_yscale("log")
         ax.legend(title=f"d = {record['d']:,}, σ = {record['sigma']:.3f}", loc="upper left",
                   bbox_to_anchor=(1.01, 1))
-    return figure
+    return Panels(figure, missing)
 
 
-def fig8_figure(rep) -> plt.Figure | None:
-    """Fig. 8: the mean per-sample gradient norm over non-private training, a line per selected setting."""
+def fig8_figure(rep) -> Panels | None:
+    """Fig. 8: the mean per-sample gradient norm over non-private training, a line per selected setting with
+    results. None when no setting is selected."""
     shown = [(d, m) for d, m in rep.fig8_settings if rep.in_figure(d)]
     if not shown:
         return None
+    records = {(d, m): load_analysis(rep, "fig8", d, m) for d, m in shown}
+    missing = [_setting_name(rep, *s) for s in shown if records[s] is None]
+    if len(missing) == len(shown):
+        return Panels(None, missing)
     ax = axes(f"Fig. 8: mean per-sample gradient norm of {rep.fig8_samples} training examples\n"
               f"over non-private {rep.fig8_optimizer.upper()} (learning rate {rep.fig8_lr:g})", "epoch",
               "mean per-sample gradient norm (L2)", figsize=(7, 4))
-    missing = []
     for k, (dataset, model) in enumerate(shown):
-        record = load_analysis(rep, "fig8", dataset, model)
-        if record is None:
-            missing.append(f"{rep.dataset_names[dataset]}/{MODEL_NAMES[model]}")
-            continue
-        ax.plot([p["epoch"] for p in record["curve"]], [p["mean_norm"] for p in record["curve"]], marker="o", ms=3,
-                color=method_colour("nonprivate"), ls=STYLES[k % len(STYLES)],
-                label=f"{rep.dataset_names[dataset]}, {MODEL_NAMES[model]} "
-                      f"(final test accuracy {100 * record['final_test_accuracy']:.1f}%)")
-    if missing:
-        annotate_empty(ax, "not run yet: " + ", ".join(missing), color="0.4", fontsize=11)
-    if len(missing) < len(shown):
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
-    return ax.figure
+        if (record := records[dataset, model]) is not None:
+            ax.plot([p["epoch"] for p in record["curve"]], [p["mean_norm"] for p in record["curve"]], marker="o",
+                    ms=3, color=method_colour("nonprivate"), ls=STYLES[k % len(STYLES)],
+                    label=f"{rep.dataset_names[dataset]}, {MODEL_NAMES[model]} "
+                          f"(final test accuracy {100 * record['final_test_accuracy']:.1f}%)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+    return Panels(ax.figure, missing)

@@ -36,7 +36,7 @@ from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
-from dpbook.repro.plotting import annotate_empty, axes, method_colour
+from dpbook.repro.plotting import Panels, axes, method_colour
 from dpbook.tuning import grid_product
 
 STUDY = "dpdr"
@@ -354,8 +354,12 @@ class Reproduction(Chapter):
                                "n": len(records)}
         return curves
 
-    def fig5_figure(self) -> plt.Figure:
-        """Fig. 5: test accuracy against the step (a) and the epsilon spent (b), test loss against the step (c)."""
+    def fig5_figure(self) -> Panels:
+        """Fig. 5: test accuracy against the step (a) and the epsilon spent (b), test loss against the step (c); no
+        figure before a Table 1 run of its setting has results (``fig5_table`` says so)."""
+        curves = self.convergence()
+        if not curves:
+            return Panels(None, [])
         fig, (ax_a, ax_b, ax_c) = plt.subplots(3, 1, figsize=(8, 11), layout="constrained")
         title = f"{self.fig_dataset}, {models()[self.fig_dataset]}, ε = {float(self.fig5_epsilon):g}"
         level = float(self.fig5_accuracy_level)
@@ -364,7 +368,6 @@ class Reproduction(Chapter):
              "test accuracy (%)", ax=ax_b)
         axes(f"(c) Test loss (the paper: training loss)\n{title}", "step (optimizer updates)",
              "test loss (cross-entropy, nats)", ax=ax_c)
-        curves = self.convergence()
         for key, c in curves.items():
             name = f"{label(key)} (n={c['n']})"
             ax_a.plot(c["steps"], c["acc"], marker=".", label=name, **_line_style(key))
@@ -372,11 +375,8 @@ class Reproduction(Chapter):
             ax_c.plot(c["steps"], c["loss"], marker=".", label=name, **_line_style(key))
         ax_b.axhline(level, color="0.4", lw=1, ls=":", label=f"{level:g}% level")
         for ax in (ax_a, ax_b, ax_c):
-            if curves:
-                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
-            else:
-                annotate_empty(ax)
-        return fig
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+        return Panels(fig, [])
 
     def fig5_table(self) -> str:
         """Per method of Fig. 5: the epsilon spent when its mean accuracy first reaches fig5_accuracy_level, its final
@@ -395,46 +395,44 @@ class Reproduction(Chapter):
 
     # -- Fig. 6 ----------------------------------------------------------------------------------------------------
 
-    def fig6_figure(self) -> plt.Figure:
-        """Fig. 6: final test accuracy against B (a), DPDR's C_alpha (b) and s (c), DP-SGD's Table 1 cell as a band."""
+    def fig6_figure(self) -> Panels:
+        """Fig. 6: final test accuracy against B (a), DPDR's C_alpha (b) and s (c), DP-SGD's Table 1 cell as a band;
+        only the panels with results are drawn (``fig6_notes`` says what the others wait for)."""
         points, _ = self.figure6_points()
         dpsgd_values = self.summary((self.fig_dataset, float(self.fig6_epsilon), "dpsgd"))["values"]
         reference = 100 * np.array(dpsgd_values) if dpsgd_values else None
-
-        fig, panels = plt.subplots(3, 1, figsize=(8, 11), layout="constrained")
         where = f"{self.fig_dataset}, {models()[self.fig_dataset]}, ε = {float(self.fig6_epsilon):g}"
         titles = {"B": (f"(a) Expected batch size\n{where}", "expected batch size B (log scale)"),
                   "C_alpha": (f"(b) DPDR's coefficient bound\n{where}",
                               "C_α (clipping bound of the coefficients, log scale)"),
                   "s": (f"(c) DPDR's GDR length\n{where}", "s (last GDR step, log scale)")}
-        for ax, (panel, (title, xlabel)) in zip(panels, titles.items()):
-            axes(title, xlabel, "final test accuracy (%)", ax=ax)
+        measured = {}  # (panel, method) -> {x: [final accuracy (%) of each seed]}
+        for (panel, key), runs in points.items():
+            for x, run in runs:
+                if run.path(self.results).exists():
+                    accuracy = 100 * results.final_metric(results.read_result(run.path(self.results)))
+                    measured.setdefault((panel, key), {}).setdefault(x, []).append(accuracy)
+        drawn = [p for p in titles if any((p, key) in measured for key in ("dpdr", "dpsgd"))]
+        missing = [titles[p][0].split("\n")[0] for p in titles if p not in drawn]
+        if not drawn:
+            return Panels(None, missing)
+        fig, panels = plt.subplots(len(drawn), 1, figsize=(8, 3.7 * len(drawn)), squeeze=False, layout="constrained")
+        for ax, panel in zip(panels[:, 0], drawn):
+            axes(*titles[panel], "final test accuracy (%)", ax=ax)
             ax.set_xscale("log", base=2 if panel == "B" else 10)
-            drawn = 0
             for key in ("dpdr", "dpsgd"):
-                measured = {}
-                for x, run in points.get((panel, key), []):
-                    if run.path(self.results).exists():
-                        record = results.read_result(run.path(self.results))
-                        measured.setdefault(x, []).append(100 * results.final_metric(record))
-                if not measured:
-                    continue
-                drawn += 1
-                xs = sorted(measured)
-                stats = [results.mean_std(measured[x]) for x in xs]
-                ax.errorbar(xs, [m for m, _, _ in stats], yerr=[0.0 if n == 1 else sd for _, sd, n in stats],
-                            marker="o", capsize=3, label=label(key), **_line_style(key))
+                if (by_x := measured.get((panel, key))) is not None:
+                    xs = sorted(by_x)
+                    stats = [results.mean_std(by_x[x]) for x in xs]
+                    ax.errorbar(xs, [m for m, _, _ in stats], yerr=[0.0 if n == 1 else sd for _, sd, n in stats],
+                                marker="o", capsize=3, label=label(key), **_line_style(key))
             if panel != "B" and reference is not None:
                 ref_mean, ref_std, ref_n = results.mean_std(reference)
                 half = 0.0 if ref_n == 1 else ref_std
                 ax.axhspan(ref_mean - half, ref_mean + half, color="0.6", alpha=0.3)
                 ax.axhline(ref_mean, color=method_colour("dpsgd"), lw=1, label=f"DP-SGD, Table 1 (n={ref_n})")
-                drawn += 1
-            if drawn:
-                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
-            else:
-                annotate_empty(ax)
-        return fig
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+        return Panels(fig, missing)
 
     def fig6_notes(self) -> list[str]:
         """What Fig. 6 is missing: a method whose Table 1 grid is not done, a point that cannot run at its noise."""

@@ -34,7 +34,7 @@ from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
-from dpbook.repro.plotting import annotate_empty, axes, method_colour
+from dpbook.repro.plotting import Panels, axes, method_colour
 
 STUDY = "psasc"
 #: Table III's columns, as the chapter labels them.
@@ -241,25 +241,25 @@ class Reproduction(Chapter):
                         (self.eta_of(run), 100 * results.final_metric(results.read_result(run.path(self.results)))))
         return curves, sweeps
 
-    def curves_figure(self) -> plt.Figure:
+    def curves_figure(self) -> Panels:
         """Learning curves (left) and the final accuracy of every grid point against its learning rate (right), one
-        row per benchmark with results."""
+        row per benchmark with results; the benchmarks without any are named in ``missing``."""
         data = {d: self.curves(d) for d in self.curve_sets}
         shown = [d for d in self.curve_sets if data[d][0] or data[d][1]]
-        fig, grid_axes = plt.subplots(max(1, len(shown)), 2, figsize=(9.5, 4.4 * max(1, len(shown))), squeeze=False,
+        missing = [d for d in self.curve_sets if d not in shown]
+        if not shown:
+            return Panels(None, missing)
+        fig, grid_axes = plt.subplots(len(shown), 2, figsize=(9.5, 4.4 * len(shown)), squeeze=False,
                                       layout="constrained")
-        for (ax_curve, ax_lr), dataset in zip(grid_axes, shown or [None]):
-            if dataset is None:
-                where = "no result files yet for\n" + ", ".join(self.curve_sets)
-            else:
-                st = settings()[dataset]
-                where = f"{dataset}, {st['model']}, (ε, δ) = ({st['epsilon']:g}, {st['delta']:g})"
+        for (ax_curve, ax_lr), dataset in zip(grid_axes, shown):
+            st = settings()[dataset]
+            where = f"{dataset}, {st['model']}, (ε, δ) = ({st['epsilon']:g}, {st['delta']:g})"
             axes(f"Test accuracy per epoch, chosen points\n{where}", "epoch", "test accuracy (%)", ax=ax_curve)
             axes(f"Final test accuracy of every grid point\n{where}", "η_eff = lr · sensitivity / γ1 (log scale)"
                  if self.lr_scaling == "sensitivity" else "learning rate (log scale)", "final test accuracy (%)",
                  ax=ax_lr)
             ax_lr.set_xscale("log")
-            curves, sweeps = data[dataset] if dataset is not None else ({}, {})
+            curves, sweeps = data[dataset]
             for method, (epoch, acc) in curves.items():
                 ax_curve.plot(epoch, acc.mean(0), marker=".", color=method_colour(method),
                               label=f"{LABELS[method]} (n={len(acc)})")
@@ -273,6 +273,4 @@ class Reproduction(Chapter):
             for ax, drawn in ((ax_curve, curves), (ax_lr, sweeps)):
                 if drawn:
                     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
-                else:
-                    annotate_empty(ax)
-        return fig
+        return Panels(fig, missing)
