@@ -2,6 +2,7 @@
 # itself supports 3.10, which `make oldest` tests), make and git.
 #   make test   create .venv if missing, install, lint (ruff), run the whole test suite
 #   make book   create .venv if missing, install, execute the notebooks (cached), build the HTML book
+#   make serve  serve the built book at http://localhost:8000 (its search shows excerpts when served)
 #   make check  everything CI checks: the test suite, the book build, then every page of the book in headless
 #               Chromium (`make browser`; needs Debian's chromium: apt-get install chromium)
 # Override the interpreter with `make PYTHON=python3.12 test`.
@@ -12,7 +13,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.dpbook-installed
 PYTEST_ARGS ?=
 
-.PHONY: test book browser check install oldest bench digits mnist5k dry-run gpu-check clean clean-book
+.PHONY: test book serve browser check install oldest bench digits mnist5k dry-run gpu-check clean clean-book
 
 install: $(STAMP)
 
@@ -41,6 +42,11 @@ test: $(STAMP)
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 	@echo "dpbook: the book is at $(CURDIR)/_build/html/index.html"
+
+# The built book served at http://localhost:8000 (Ctrl-C stops it): as the published book is, so that its search shows
+# excerpts, which a page opened as a file cannot read.
+serve:
+	$(PY) -m http.server --directory _build/html 8000
 
 # Every page of the built book opened in headless Chromium, network off; screenshots in _build/screenshots/.
 browser: book
