@@ -1,13 +1,14 @@
 /* dpbook: the search page's excerpts read like the pages they come from (loaded on search.html only, by
    book/_ext/page_fixes.py). Sphinx builds an excerpt from the text of the page's main block: that text includes the
-   print-only table of contents, and each formula as its TeX source. Here the print-only block is left out, a formula
-   cut by the excerpt's edges is dropped, and the excerpt's formulas are typeset by the book's own MathJax. */
+   print-only table of contents, the code behind the page's closed toggles, and each formula as its TeX source. Here
+   the print-only block and the toggled code are left out, a formula cut by the excerpt's edges is dropped, and the
+   excerpt's formulas are typeset by the book's own MathJax. */
 (() => {
   if (typeof Search === "undefined") return;
   const htmlToText = Search.htmlToText;
   Search.htmlToText = (htmlString, anchor) => {
     const page = new DOMParser().parseFromString(htmlString, "text/html");
-    page.querySelectorAll(".onlyprint").forEach((el) => el.remove());
+    page.querySelectorAll(".onlyprint, details.hide").forEach((el) => el.remove());
     return htmlToText(page.documentElement.outerHTML, anchor);
   };
   // the text before the first closing delimiter that has no opening one, and after an opening one left unclosed
