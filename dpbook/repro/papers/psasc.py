@@ -270,7 +270,10 @@ class Reproduction(Chapter):
                 for i, pts in enumerate(by_point.values()):  # a line per hyperparameter point (DP-PSASC*'s grid)
                     ax_lr.plot(*zip(*sorted(pts)), marker="o", color=method_colour(method),
                                alpha=1.0 if i == 0 else 0.5, label=LABELS[method] if i == 0 else None)
-            for ax, drawn in ((ax_curve, curves), (ax_lr, sweeps)):
-                if drawn:
-                    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+            ax_lr.legend(loc="upper left", bbox_to_anchor=(1.01, 1))  # a row is drawn once its grid has results
+            if curves:
+                ax_curve.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+            else:  # the grid is not complete, so no method has chosen its point yet
+                ax_curve.text(0.5, 0.5, "no point chosen yet:\nthe grid is not complete", transform=ax_curve.transAxes,
+                              ha="center", va="center", color="0.45")
         return Panels(fig, missing)
