@@ -14,13 +14,19 @@ from scipy import stats
 
 from dpbook import accounting
 from dpbook.audit import statistics
+from dpbook.audit.__main__ import main as audit_main
 from dpbook.audit.broken import BROKEN, audit_broken
-from dpbook.audit.one_run import WithCanaries, dirac_canaries, one_run_audit
-from dpbook.audit.one_step import FAST_TRIALS, audit
+from dpbook.audit.one_run import WithCanaries, ceiling, dirac_canaries, one_run_audit, quiet_coordinates
+from dpbook.audit.sweep import sweep
+from dpbook.audit.white_box import FAST_TRIALS, audit
+from dpbook.data import load_digits
 from dpbook.methods import METHODS
+from dpbook.models import digits_mlp
 from dpbook.per_sample import PerSampleGradients
 
-REQUIRED = {"method", "broken", "trials", "delta", "epsilon_claimed", "epsilon_lower", "mu_claimed", "mu_lower"}
+REQUIRED = {"method", "broken", "steps", "trials", "delta", "epsilon_claimed", "epsilon_lower", "mu_claimed",
+            "mu_lower"}
+ACROSS_STEPS = {"reused-noise", "correlated-noise"}  # the controls that only an audit of several steps can see
 
 
 # --- statistics -------------------------------------------------------------------------------------------------
@@ -60,7 +66,7 @@ def test_one_run_bound_is_the_binomial_test_without_delta():
         statistics.one_run_epsilon(10, 20, 5, 0.0)
 
 
-# --- every method, one step ------------------------------------------------------------------------------------
+# --- every method, one and two steps ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_method_leaks_no_more_than_it_is_charged(name):
@@ -71,6 +77,18 @@ def test_method_leaks_no_more_than_it_is_charged(name):
     assert result.shift == pytest.approx(result.sensitivity, rel=1e-6)
     # and it has power: the bound reaches most of the claim (DPDR's release leaks less than it is charged)
     assert result.mu_lower > (0.4 if name == "dpdr" else 0.6) * result.mu_claimed
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_two_steps_of_one_instance_leak_no_more_than_they_are_charged(name):
+    result = audit(name, trials=FAST_TRIALS // 2, steps=2)
+    assert not result.flagged, result
+    assert result.steps == 2 and "projection@1*projection@2" in result.features
+    one = audit(name, trials=8)
+    assert result.epsilon_claimed > one.epsilon_claimed and result.mu_claimed > one.mu_claimed
+    if name != "dpdr":  # DPDR's second step is a GDR step at its own multiplier; the others repeat the first
+        assert result.mu_claimed == pytest.approx(math.sqrt(2) / result.noise_multiplier)
+        assert result.epsilon_claimed == pytest.approx(accounting.epsilon(result.noise_multiplier, 1.0, 2, 1e-5))
 
 
 @pytest.mark.parametrize("name", ["dpsgd", "dcsgd-e", "adaclip", "dpdr", "diff2"])
@@ -86,13 +104,40 @@ def test_full_batch_method_is_audited_at_sample_rate_one_only():
         audit("psasc-momentum-gd", trials=8, sample_rate=0.5)
 
 
+# --- the sweep over canary norms and directions ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_no_canary_of_the_sweep_exceeds_the_declared_sensitivity(name):
+    result = sweep(METHODS[name], METHODS[name].declaration.audit)
+    assert not result.exceeds and result.worst_shift == pytest.approx(result.sensitivity, rel=1e-6)
+    assert result.worst_direction == "scenario"  # the scenario's own canary is already the worst
+    assert {"declared", "along", "against"} <= set(result.shifts) and len(result.norms) > 100
+
+
+@pytest.mark.parametrize("kind, own, direction, norms", [("band-weights", 1.0, "declared", (0.1, 10)),
+                                                          ("clipped-sum", math.sqrt(2), "against", (1, 1e7))])
+def test_the_sweep_finds_what_a_fixed_canary_misses(kind, own, direction, norms):
+    method, cls, scenario = BROKEN[kind]
+    result = sweep(cls, scenario)
+    # the scenario's canary (norm 10^6, orthogonal to the background) sees nothing wrong, or less than the worst
+    assert result.own_shift == pytest.approx(own * result.sensitivity, rel=1e-3)
+    assert result.exceeds and result.worst_shift == pytest.approx(2 * result.sensitivity, rel=1e-3)
+    assert result.worst_direction == direction and norms[0] <= result.worst_norm <= norms[1]
+
+
 # --- the broken controls ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_broken_control_is_flagged(kind):
-    result = audit_broken(kind, trials=FAST_TRIALS)
+    result = audit_broken(kind, trials=FAST_TRIALS // 2, steps=2)
     assert result.flagged and result.mu_lower > result.mu_claimed, result
     assert result.method == BROKEN[kind][0] and result.broken == kind
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_one_step_audit_is_blind_to_noise_across_steps_only(kind):
+    result = audit_broken(kind, trials=FAST_TRIALS)
+    assert result.flagged == (kind not in ACROSS_STEPS), result
 
 
 # --- the command line ------------------------------------------------------------------------------------------
@@ -113,37 +158,50 @@ def test_cli_flags_a_broken_control_with_exit_one():
     assert done.returncode == 1 and json.loads(done.stdout)["flagged"]
 
 
+def test_cli_audits_every_control_on_the_method_it_breaks(capsys):
+    assert audit_main(["--method", "dpsgd", "--broken", "all", "--trials", "200", "--steps", "2", "--json"]) == 1
+    captured = capsys.readouterr()
+    records = json.loads(captured.out)
+    assert [(r["method"], r["broken"]) for r in records] == [("dpsgd", None)] + [(BROKEN[k][0], k) for k in BROKEN]
+    assert not records[0]["flagged"] and all(r["flagged"] for r in records[1:])
+    assert "each is audited on the method it breaks" in captured.err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--method", "dpsg"], "did you mean 'dpsgd'"),
-    (["--method", "dpdr", "--broken", "half-noise"], "--broken half-noise breaks dpsgd, not 'dpdr'"),
-    (["--method", "dpsgd", "--broken", "all"], "breaks adaclip, dpsgd, not 'dpsgd'"),
+    (["--broken", "half-nois"], "did you mean 'half-noise'"),
     (["--method", "psasc-momentum-gd", "--sample-rate", "0.5"], "full-batch"),
     (["--method", "dpsgd", "--accountant", "rpd"], "accountant"),
     (["--method", "dpsgd", "--delta", "7"], "delta"),
     (["--method", "dpsgd", "--trials", "2"], "trials"),
+    (["--method", "dpsgd", "--steps", "0"], "--steps"),
     ([], "give --method"),
 ])
-def test_cli_refuses_mistakes_with_exit_two(args, message):
-    done = _cli(*args)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+def test_cli_refuses_mistakes_with_exit_two(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        audit_main(args)
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in error, error
 
 
 def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path):
     out = tmp_path / "audit.json"
     args = ("--broken", "half-noise", "--trials", "200", "--output", str(out))
-    first = _cli("--method", "all", "--trials", "200", "--sample-rate", "0.5", "--output", str(out), "--json")
+    first = _cli("--method", "all", "--trials", "200", "--sample-rate", "0.5", "--steps", "1", "--output", str(out),
+                 "--json")
     assert first.returncode == 0, first.stderr
     record = json.loads(out.read_text())
     assert len(record["results"]) == len(METHODS) - 1  # the full-batch method runs at q = 1 only
     assert {r["confidence"] for r in record["results"]} == {1 - 0.05 / (len(METHODS) - 1)}
-    again = _cli("--method", "all", "--trials", "200", "--sample-rate", "0.5", "--output", str(out), "--json")
+    again = _cli("--method", "all", "--trials", "200", "--sample-rate", "0.5", "--steps", "1", "--output", str(out),
+                 "--json")
     assert again.returncode == 0 and "audited" not in again.stderr  # nothing re-run
     assert json.loads(again.stdout) == record["results"]
     other = _cli(*args)  # another audit's file is not replaced ...
     assert other.returncode == 2 and "recorded with other audits" in other.stderr
     assert json.loads(out.read_text()) == record
     forced = _cli(*args, "--force")  # ... unless asked
-    assert forced.returncode == 1 and len(json.loads(out.read_text())["results"]) == 1
+    assert forced.returncode == 1 and len(json.loads(out.read_text())["results"]) == 2  # one and two steps
 
 
 # --- one training run ------------------------------------------------------------------------------------------
@@ -164,3 +222,21 @@ def test_one_run_audit_certifies_no_more_than_the_run_is_charged():
     result = one_run_audit("dpsgd", dict(C=1.0), epsilon=8.0, canaries=300, epochs=3, seed=0)
     assert 0 <= result.epsilon_lower <= result.epsilon_claimed <= 8.0
     assert result.canaries == 300 and 0 < result.included < 300 and result.guesses > 0
+
+
+def test_canaries_sit_first_where_the_data_never_moves_the_weights():
+    x_train = load_digits()[0]
+    model = digits_mlp()
+    blank = (x_train.flatten(1).abs().sum(0) == 0).nonzero().flatten()
+    coordinates = quiet_coordinates(model, x_train, len(blank) * 32, torch.Generator().manual_seed(0))
+    hidden, pixel = coordinates // 64, coordinates % 64  # fc1.weight comes first, row-major (32 x 64)
+    assert bool((hidden < 32).all()) and set(pixel.tolist()) == set(blank.tolist())
+    assert len(set(coordinates.tolist())) == len(coordinates)
+
+
+def test_one_run_audit_refutes_the_claim_of_noise_reused_across_steps():
+    result = one_run_audit("dpsgd", dict(C=1.0), epsilon=2.0, canaries=1000, seed=0, broken="reused-noise")
+    assert result.epsilon_lower > result.epsilon_claimed and result.score == "differences"
+    assert result.epsilon_lower <= ceiling(1000, result.guesses) + 1e-9  # no more than the canaries allow
+    with pytest.raises(ValueError, match="breaks 'dpsgd', not 'psasc'"):
+        one_run_audit("psasc", {}, epsilon=2.0, canaries=100, broken="reused-noise")

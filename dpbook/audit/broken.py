@@ -1,4 +1,4 @@
-r"""Broken controls: four deliberately wrong methods that the audit must flag, registered here and nowhere else.
+r"""Broken controls: eight deliberately wrong methods that the audit must flag, registered here and nowhere else.
 
 Each keeps the declarations of the correct method (what the accountant is told) and breaks what it releases, the
 way real implementations have been broken:
@@ -20,20 +20,42 @@ way real implementations have been broken:
     :math:`\sigma\max_i\lVert\mathrm{Clip}(g_i, C)\rVert`, "the sensitivity this batch actually has": on a
     background of tiny gradients the noise all but vanishes, and the canary's arrival is visible in the noise level
     itself.
+``clipped-sum``
+    DP-SGD that clips the batch's *sum* to :math:`C` instead of each example: the sum with a canary against the
+    others' sum can land on the far side of the ball, :math:`2C` away. Only a canary against the background's sum
+    shows it; the sweep (:mod:`dpbook.audit.sweep`) finds it.
+``band-weights``
+    DP-PSASC whose weights are doubled for :math:`\lVert g\rVert \in [0.1, 10]` (a branch of a piecewise weight
+    gone wrong): above the bound :math:`C/s` in a band of norms only, which a canary of norm :math:`10^6` never
+    reaches; the sweep finds the band.
+``reused-noise``
+    DP-SGD that draws its noise once and adds the same draw at every later step (a generator seeded at each call,
+    a cached tensor). Each release alone is exactly as declared, so a one-step audit sees nothing; two steps of one
+    instance with the canary +c then -c reveal it (the sum of the two projections is noise-free).
+``correlated-noise``
+    DP-SGD whose noise is an AR(1) sequence across steps, :math:`n_t = \rho n_{t-1} + \sqrt{1 - \rho^2}z_t` with
+    :math:`\rho = 0.9`: each step's noise has the declared std, but the steps are not independent, as the
+    composition assumes.
 """
 
 from __future__ import annotations
 
-__all__ = ["NoClipping", "HalfNoise", "RealisedBatchAdaClip", "DataDependentNoise", "BROKEN", "audit_broken"]
+__all__ = [
+    "NoClipping", "HalfNoise", "RealisedBatchAdaClip", "DataDependentNoise", "ClippedSum", "BandWeights",
+    "CorrelatedNoise", "ReusedNoise", "BROKEN", "audit_broken"
+]
+
+import math
 
 import torch
 
 from dpbook import checks
-from dpbook.audit.one_step import AuditResult, run
 from dpbook.audit.scenarios import SCENARIOS
+from dpbook.audit.white_box import AuditResult, run
 from dpbook.methods.adaclip import AdaClip
 from dpbook.methods.base import MicroBatch
 from dpbook.methods.dpsgd import DPSGD
+from dpbook.methods.psac import PSASC
 from dpbook.methods.scenario import Scenario
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads
@@ -80,6 +102,53 @@ class DataDependentNoise(DPSGD):
         return [s + noise.like(s, std) for s in acc["sum"]]
 
 
+class ClippedSum(DPSGD):
+    r"""Broken: :math:`\mathrm{Clip}(\sum_ig_i, C)` plus the declared noise, instead of
+    :math:`\sum_i\mathrm{Clip}(g_i, C)`."""
+
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(norms)
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        total = math.sqrt(sum(float(s.pow(2).sum()) for s in acc["sum"]))
+        scale = min(1.0, self.C / total) if total > 0 else 1.0
+        std = self.releases()[0].noise_std
+        return [scale * s + noise.like(s, std) for s in acc["sum"]]
+
+
+class BandWeights(PSASC):
+    r"""Broken: DP-PSASC's weight (Eq. (6)) doubled for :math:`0.1 \le \lVert g\rVert \le 10`."""
+
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        w = super().weights(norms)
+        return torch.where((norms >= 0.1) & (norms <= 10.0), 2 * w, w)
+
+
+class CorrelatedNoise(DPSGD):
+    r"""Broken: noise :math:`n_t = \rho n_{t-1} + \sqrt{1 - \rho^2}z_t` across the steps of one instance, each
+    :math:`z_t` of the declared std: right at every step, dependent across steps."""
+
+    rho = 0.9
+
+    def __init__(self, **hyperparameters):
+        super().__init__(**hyperparameters)
+        self.previous: Grads | None = None  # the last step's noise
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        std = self.releases()[0].noise_std
+        fresh = [noise.like(s, std) for s in acc["sum"]]
+        if self.previous is not None:
+            fresh = [self.rho * p + math.sqrt(1 - self.rho ** 2) * z for p, z in zip(self.previous, fresh)]
+        self.previous = fresh
+        return [s + n for s, n in zip(acc["sum"], fresh)]
+
+
+class ReusedNoise(CorrelatedNoise):
+    """Broken: the first step's noise added again at every later step (:math:`\rho = 1`)."""
+
+    rho = 1.0
+
+
 _DPSGD = SCENARIOS["dpsgd"]
 
 BROKEN: dict[str, tuple[str, type, Scenario]] = {
@@ -90,12 +159,16 @@ BROKEN: dict[str, tuple[str, type, Scenario]] = {
         "C_t, so it is counted unclipped", canary_norm=lambda method: method.C, background_norms=(100.0,) * 8)),
     "data-dependent-noise": ("dpsgd", DataDependentNoise, Scenario(
         dict(C=1.0, sigma=1.0), "a background of 8 gradients of norm 0.01", background_norms=(0.01,) * 8)),
+    "clipped-sum": ("dpsgd", ClippedSum, _DPSGD),
+    "band-weights": ("psasc", BandWeights, SCENARIOS["psasc"]),
+    "reused-noise": ("dpsgd", ReusedNoise, _DPSGD),
+    "correlated-noise": ("dpsgd", CorrelatedNoise, _DPSGD),
 }
 """Broken control -> (the registered method it breaks, its class, its scenario)."""
 
 
 def audit_broken(kind: str, **options) -> AuditResult:
-    """The one-step audit of the broken control ``kind`` (:data:`BROKEN`); options as :func:`~dpbook.audit.audit`.
+    """The white-box audit of the broken control ``kind`` (:data:`BROKEN`); options as :func:`~dpbook.audit.audit`.
 
         >>> audit_broken("half-noise", trials=2000).flagged
         True

@@ -1,0 +1,129 @@
+r"""The two worlds of a white-box audit: a method prepared in its scenario's state, played for T steps on the
+background batch D or on D' = D plus one canary, through the method's own ``start / accumulate / release /
+advance``.
+
+One *play* starts from a copy of the prepared method and runs T consecutive steps of that one instance: whatever
+the method carries from step to step (its thresholds, its momenta, and any noise it wrongly keeps) carries over,
+as in training. The canary may change across steps: at step :math:`t` its gradient is :math:`s_t c` for the
+scenario's canary :math:`c` and a sign :math:`s_t` of ``signs`` (+1, -1, +1, ... by default: "+c then -c"; 0 is an
+example that is present with a zero gradient). The background is the same at every step.
+
+    >>> from dpbook.methods import METHODS
+    >>> D, D1 = worlds(METHODS["dpsgd"], METHODS["dpsgd"].declaration.audit, signs=(1, -1))
+    >>> play = D1.play(NoNoise())
+    >>> [round(float(r[0]), 6) for r in play.releases]   # the canary's coordinate: +C, then -C
+    [1.0, -1.0]
+"""
+
+from __future__ import annotations
+
+__all__ = ["NoNoise", "Play", "World", "alternating", "prepared", "with_canary", "worlds"]
+
+import copy
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from dpbook.methods.base import Method, MicroBatch, gradient_sensitivity
+from dpbook.methods.scenario import Scenario, background, zeros
+from dpbook.noise import GaussianNoise
+from dpbook.per_sample import Grads, flat_norms
+
+
+class NoNoise(GaussianNoise):
+    """A noise source that adds nothing: the release's noise-free value, from the method's own code."""
+
+    def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
+        return torch.zeros_like(t)
+
+
+def alternating(steps: int) -> tuple[int, ...]:
+    """The default signs of the canary over ``steps`` steps: +1, -1, +1, ... ("+c then -c").
+
+        >>> alternating(3)
+        (1, -1, 1)
+    """
+    return tuple((-1) ** t for t in range(steps))
+
+
+@dataclass(frozen=True)
+class Play:
+    """What T steps released: the flat noisy sum and the released diagnostics of each step, and what each step
+    declared before its release (noise multiplier, sensitivity of the noisy gradient)."""
+
+    releases: list[np.ndarray]
+    diagnostics: list[dict[str, float]]
+    noise_multipliers: list[float]
+    sensitivities: list[float]
+
+
+@dataclass(frozen=True)
+class World:
+    """One side of the game: the batch of every step and the method bound and prepared for the first."""
+
+    steps: list[Grads]  # the per-example gradients of each step; with a canary, it is the last example
+    method: Method
+    canary: bool
+
+    @property
+    def n_background(self) -> int:
+        return len(self.steps[0][0]) - int(self.canary)
+
+    def play(self, noise: GaussianNoise, present: Sequence[bool] | None = None) -> Play:
+        """T consecutive steps of one copy of the prepared method. ``present[t]`` says whether the canary is in
+        step t's batch (Poisson sampling; always, by default); without it the batch is the background."""
+        method = copy.deepcopy(self.method)
+        out = Play([], [], [], [])
+        for t, grads in enumerate(self.steps):
+            inside = self.canary and (present is None or present[t])
+            grads = grads if inside else [g[:self.n_background] for g in grads]
+            n = len(grads[0])
+            out.noise_multipliers.append(method.noise_multiplier())  # declared before the release
+            out.sensitivities.append(gradient_sensitivity(method.releases()))
+            acc = method.start(zeros())
+            method.accumulate(acc, MicroBatch(
+                x=torch.zeros(n, 1), y=torch.zeros(n, dtype=torch.long), grads=grads, norms=flat_norms(grads),
+                grads_at=_grads_at(grads, canary=inside), index=torch.arange(n)))
+            released = method.release(acc, noise)
+            out.releases.append(torch.cat([r.flatten() for r in released]).numpy())
+            out.diagnostics.append(method.diagnostics())
+            method.advance()
+        return out
+
+
+def _grads_at(grads: Grads, *, canary: bool) -> Callable:
+    """Per-example gradients at other parameter values: the same for the background (a loss linear in the
+    parameters), 0 for the canary (the last example, when ``canary``): its gradient appears at the audited step."""
+    def at(params) -> Grads:
+        out = [g.clone() for g in grads]
+        if canary:
+            for o in out:
+                o[-1] = 0.0
+        return out
+    return at
+
+
+def prepared(cls: type, scenario: Scenario, grads: Grads) -> Method:
+    """A fresh method of ``cls`` bound to the audited parameters and put in the scenario's state for ``grads``."""
+    method = cls(**scenario.hyperparameters)
+    B = len(grads[0]) if cls.full_batch else len(scenario.background_norms)  # full batch: B is N of the world
+    method.bind(zeros(), expected_batch_size=B)
+    scenario.prepare(method, grads)
+    return method
+
+
+def with_canary(bg: Grads, canary: Grads, sign: float = 1.0) -> Grads:
+    """The background plus one last example of gradient ``sign * canary``."""
+    return [torch.cat([b, sign * c]) for b, c in zip(bg, canary)]
+
+
+def worlds(cls: type, scenario: Scenario, signs: Sequence[float] = (1,)) -> tuple[World, World]:
+    """D (the background at every step) and D' (background + the canary, times ``signs[t]`` at step t), each with
+    its own prepared method."""
+    bg = background(scenario.background_norms)
+    canary = scenario.canary(prepared(cls, scenario, bg))
+    steps = [with_canary(bg, canary, s) for s in signs]
+    return (World([bg] * len(signs), prepared(cls, scenario, bg), canary=False),
+            World(steps, prepared(cls, scenario, steps[0]), canary=True))
