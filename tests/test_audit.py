@@ -146,16 +146,17 @@ def _cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "dpbook.audit", *args], capture_output=True, text=True, cwd=cwd)
 
 
-def test_cli_audits_a_method_as_json_and_exits_zero():
-    done = _cli("--method", "dpsgd", "--trials", "400", "--json")
-    assert done.returncode == 0, done.stderr
-    record = json.loads(done.stdout)
-    assert REQUIRED <= set(record) and record["method"] == "dpsgd" and record["broken"] is None
+def test_cli_audits_a_method_over_one_and_two_steps_and_exits_zero(capsys):
+    assert audit_main(["--method", "dpsgd", "--trials", "400", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert all(REQUIRED <= set(r) for r in records)
+    assert [(r["method"], r["broken"], r["steps"]) for r in records] == [("dpsgd", None, 1), ("dpsgd", None, 2)]
 
 
-def test_cli_flags_a_broken_control_with_exit_one():
-    done = _cli("--broken", "no-clipping", "--trials", "400", "--json")
-    assert done.returncode == 1 and json.loads(done.stdout)["flagged"]
+def test_cli_flags_a_control_of_noise_across_steps_from_the_first_command(capsys):
+    assert audit_main(["--broken", "reused-noise", "--trials", "400", "--json"]) == 1
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["steps"], r["flagged"]) for r in records] == [(1, False), (2, True)]
 
 
 def test_cli_audits_every_control_on_the_method_it_breaks(capsys):
