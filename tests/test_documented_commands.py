@@ -160,6 +160,7 @@ def test_a_documented_command_without_a_rule_is_caught(tmp_path):
 
 
 @pytest.mark.notebook
+@pytest.mark.documented
 @pytest.mark.parametrize("doc, command", documented_commands(), ids=lambda x: x if len(x) < 40 else x[:40])
 def test_documented_command_runs(doc, command, tmp_path):
     args = small(command, tmp_path)

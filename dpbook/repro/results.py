@@ -163,7 +163,7 @@ ANALYSIS_DIR = "analysis"
 def is_analysis(path: str | Path, root: str | Path = RESULTS_DIR) -> bool:
     """Is ``path`` (under ``root``) an analysis record, ``<study>/analysis/...``, rather than a run's result file?
 
-    >>> is_analysis(RESULTS_DIR / "audit" / "analysis" / "one_step.json"), is_analysis(RESULTS_DIR / "s" / "r.json")
+    >>> is_analysis(RESULTS_DIR / "audit" / "analysis" / "white_box.json"), is_analysis(RESULTS_DIR / "s" / "r.json")
     (True, False)
     """
     parts = Path(path).relative_to(root).parts
