@@ -101,10 +101,16 @@ def sweep(cls: type, scenario: Scenario, norms: np.ndarray = NORMS) -> Sweep:
     return Sweep(np.asarray(norms), shifts, own_shift, base.sensitivities[0], *where)
 
 
+_SWEPT: dict[tuple[type, int], tuple[Scenario, Sweep]] = {}  # (class, id(scenario)) -> (scenario, its sweep)
+
+
 def worst_canary(cls: type, scenario: Scenario) -> tuple[Scenario, Sweep]:
     """The scenario with its canary replaced by the worst of the sweep (unchanged when none is worse), and the
-    sweep."""
-    result = sweep(cls, scenario)
+    sweep (noise-free, so computed once per class and scenario: the audits of one and two steps share it)."""
+    key = (cls, id(scenario))
+    if key not in _SWEPT or _SWEPT[key][0] is not scenario:
+        _SWEPT[key] = (scenario, sweep(cls, scenario))
+    result = _SWEPT[key][1]
     if result.worst_direction == "scenario":
         return scenario, result
     unit = directions(cls, scenario)[result.worst_direction]
