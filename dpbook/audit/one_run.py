@@ -115,7 +115,7 @@ def quiet_coordinates(model: torch.nn.Module, x_train: torch.Tensor, m: int, gen
 
     The gradient of a first-layer weight :math:`W_{hp}` is the unit's error times input :math:`x_p`, so the auditor,
     who knows the data but not which canaries are in, ranks those weights by the input's second moment
-    :math:`rac1N\sum_ix_{ip}^2` (0 for a pixel blank in every image: the data never moves its weights) and puts
+    :math:`\frac1N\sum_ix_{ip}^2` (0 for a pixel blank in every image: the data never moves its weights) and puts
     every other parameter after them; ties are broken at random. The choice depends on the data, never on the
     canaries' inclusion, as Theorem 3.1 requires."""
     first = next(module for module in model.modules() if isinstance(module, torch.nn.Linear))
