@@ -17,6 +17,7 @@ from dpbook.audit import statistics
 from dpbook.audit.__main__ import main as audit_main
 from dpbook.audit.broken import BROKEN, audit_broken
 from dpbook.audit.one_run import WithCanaries, ceiling, dirac_canaries, one_run_audit, quiet_coordinates
+from dpbook.audit.parallel import records
 from dpbook.audit.sweep import sweep
 from dpbook.audit.white_box import FAST_TRIALS, audit
 from dpbook.data import load_digits
@@ -241,3 +242,10 @@ def test_one_run_audit_refutes_the_claim_of_noise_reused_across_steps():
     assert result.epsilon_lower <= ceiling(1000, result.guesses) + 1e-9  # no more than the canaries allow
     with pytest.raises(ValueError, match="breaks 'dpsgd', not 'psasc'"):
         one_run_audit("psasc", {}, epsilon=2.0, canaries=100, broken="reused-noise")
+
+
+def test_audits_in_parallel_processes_give_the_same_records():
+    jobs = [("dpsgd", None, 1.0, 2), ("dpsgd", "reused-noise", 1.0, 2)]
+    one, two = (list(records(jobs, dict(trials=200), processes=p)) for p in (1, 2))
+    drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert [drop(r) for r in one] == [drop(r) for r in two] and [r["flagged"] for r in two] == [False, True]

@@ -5,6 +5,7 @@
 - :mod:`dpbook.audit.worlds`: the two worlds, D and D' = D plus the canary, played for T steps of one method instance;
 - :mod:`dpbook.audit.sweep`: the canary's noise-free effect over norms and directions, and the worst canary;
 - :mod:`dpbook.audit.white_box`: the white-box audit of one or several steps through each method's own releases;
+- :mod:`dpbook.audit.parallel`: several audits at once, one process each (``--jobs``);
 - :mod:`dpbook.audit.broken`: deliberately broken methods, registered here only, that the audit must flag;
 - :mod:`dpbook.audit.one_run`: the audit of a whole training run with many canaries (Steinke et al. 2023);
 - result files through :func:`dpbook.io.resumable` (a rerun resumes, and never replaces another audit's);

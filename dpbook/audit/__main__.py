@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from tabulate import tabulate
 
 from dpbook import accounting, checks, io
-from dpbook.audit.broken import BROKEN, audit_broken
+from dpbook.audit.broken import BROKEN
+from dpbook.audit.parallel import records
 from dpbook.audit.statistics import CONFIDENCE
-from dpbook.audit.white_box import DELTA, FAST_TRIALS, audit
+from dpbook.audit.white_box import DELTA, FAST_TRIALS
 from dpbook.io import resumable
 from dpbook.methods import METHODS
 
@@ -55,6 +57,9 @@ def parse(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--delta", type=float, default=DELTA)
     parser.add_argument("--accountant", default="rdp", help="the accountant of the epsilon claimed (rdp or prv)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1),
+                        help="audits at once, one process each (default: the CPU count); the results do not depend "
+                             "on it")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--output", type=Path, help="also write the results to this JSON file (resumes)")
     parser.add_argument("--force", action="store_true", help="replace an --output file of another audit")
@@ -67,6 +72,7 @@ def parse(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
         if args.broken not in (None, "all"):
             checks.one_of("broken control", args.broken, BROKEN)
         checks.integer("--trials", args.trials, minimum=4)
+        checks.integer("--jobs", args.jobs, minimum=1)
         args.steps = list(dict.fromkeys(checks.integer("--steps", T, minimum=1) for T in args.steps))
         args.sample_rate = list(dict.fromkeys(checks.rate("--sample-rate", q) for q in args.sample_rate))
         checks.open_unit("--delta", args.delta)
@@ -110,16 +116,14 @@ def main(argv=None) -> int:
     if others:
         print(f"note: {', '.join(others)} break other methods than {args.method}; each is audited on the method it "
               "breaks (the 'method' column)", file=sys.stderr)
-    for method, broken, q, T in jobs:
-        if (method, broken, q, T) in finished:
-            continue
-        options.update(sample_rate=q, steps=T)
-        result = audit_broken(broken, **options) if broken else audit(method, **options)
-        results.append(result.to_dict())
+    todo = [job for job in jobs if job not in finished]
+    for (method, broken, q, T), record in zip(todo, records(todo, options, args.jobs)):
+        results.append(record)
         if args.output is not None:
             io.atomic_write_json({"parameters": expected, "results": results}, args.output)
         print(f"audited {method}{f' ({broken})' if broken else ''} at q = {q}, {T} step{'s' * (T > 1)}: mu >= "
-              f"{result.mu_lower:.3f} (claimed {result.mu_claimed:.3f}), {result.seconds:.1f} s", file=sys.stderr)
+              f"{record['mu_lower']:.3f} (claimed {record['mu_claimed']:.3f}), {record['seconds']:.1f} s",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
     else:
