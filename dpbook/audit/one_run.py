@@ -1,6 +1,6 @@
 r"""Auditing a whole training run at once (Steinke, Nasr & Jagielski 2023): m gradient canaries, one run.
 
-The one-step audit needs thousands of releases of one step; a training run is released once. Steinke et al. turn
+The white-box audit needs thousands of plays of one or two steps; a training run is released once. Steinke et al. turn
 the many trials into many canaries: each of m canaries joins the training set independently with probability 1/2,
 the run trains once, and the auditor guesses from the run's releases which canaries were in. The number of correct
 guesses of an (epsilon, delta)-DP run is dominated by a binomial (:func:`dpbook.audit.statistics.one_run_p_value`),

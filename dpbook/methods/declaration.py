@@ -6,7 +6,7 @@ the class body, checked by :func:`dpbook.methods.registry.register`) that every 
 - ``label`` and ``colour``: its name in tables and legends, and its colour in every figure
   (:func:`dpbook.repro.plotting.method_colour`);
 - ``position``: where it comes in the book's lists, tables and legends (:func:`dpbook.methods.in_book_order`);
-- ``audit``: the :class:`~dpbook.methods.scenario.Scenario` of its one-step audit (hyperparameters, state, canary),
+- ``audit``: the :class:`~dpbook.methods.scenario.Scenario` of its white-box audit (hyperparameters, state, canary),
   whose hyperparameters are also its ``example`` (the bench and the tests build it with them);
 - ``run``: the hyperparameters of a short training run whose noise comes from the run's budget
   (:meth:`~dpbook.methods.base.Method.from_plan`: an ``Experiment``, the tests);
