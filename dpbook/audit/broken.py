@@ -102,12 +102,9 @@ class DataDependentNoise(DPSGD):
         return [s + noise.like(s, std) for s in acc["sum"]]
 
 
-class ClippedSum(DPSGD):
+class ClippedSum(NoClipping):
     r"""Broken: :math:`\mathrm{Clip}(\sum_ig_i, C)` plus the declared noise, instead of
-    :math:`\sum_i\mathrm{Clip}(g_i, C)`."""
-
-    def weights(self, norms: torch.Tensor) -> torch.Tensor:
-        return torch.ones_like(norms)
+    :math:`\sum_i\mathrm{Clip}(g_i, C)` (the examples unclipped, as :class:`NoClipping`)."""
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         total = math.sqrt(sum(float(s.pow(2).sum()) for s in acc["sum"]))
