@@ -22,6 +22,7 @@ __all__ = ["STUDY", "LABELS", "RENAMED", "paper_point", "paper_tables", "setting
 
 import functools
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -29,12 +30,16 @@ import torch
 
 from dpbook import checks
 from dpbook.methods import METHODS
+from dpbook.methods.psac import MOMENTUM_AXES
 from dpbook.methods.registry import hyperparameter_names
 from dpbook.repro import reproduce, results
+from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import Panels, axes, method_colour
+from dpbook.repro.sources import Source
+from dpbook.tuning import grid_product
 
 STUDY = "psasc"
 #: Table III's columns, as the chapter labels them.
@@ -79,6 +84,46 @@ def sensitivity(method: str, point: tuple) -> float:
 class Reproduction(Chapter):
     """The chapter's parameters (see the notebook's parameters cell for each one's meaning), and its cells."""
 
+    SOURCES: ClassVar[dict[str, Source]] = {
+        "datasets": Source("Table II; Table III", note="its five benchmarks"),
+        "methods": Source("Table III", note="its five columns"),
+        "seeds": Source("Sec. V-A", note="“All experiments are conducted 5 times”"),
+        "epochs": Source("Table II", "PSASC-2", note="Table II's, per benchmark"),
+        "batch_size": Source("Table II", note="Table II's, per benchmark"),
+        "paper_N": Source("Table II", "PSASC-23", note="Table II's 40,000 FashionMNIST examples"),
+        "s": Source("Table III", note="the s Table III prints per benchmark"),
+        "optimizer": Source(reading="PSASC-29"),
+        "lr_grid": Source(reading="PSASC-29"),
+        "lr_scaling": Source(reading="PSASC-29"),
+        "lr_grids": Source(reading="PSASC-29"),
+        "momentum_grid": Source(reading="PSASC-15"),
+    }
+    SELECTION: ClassVar[tuple[str, ...]] = ("micro_batch_size", "cells", "curve_datasets")
+    COVERAGE: ClassVar[dict[str, Item]] = {
+        "Table I": Item("symbols and notation", "left out",
+                        "notation, not a result: the book's Notation page gives dpbook's names"),
+        "Table II": Item("each benchmark's N, B, epochs, r, C and (ε, δ)", "transcribed",
+                         "`data/paper/psasc_table2.json`; the settings of every cell, shown by `settings_table`"),
+        "Table III": Item("test accuracy of the five methods on the five benchmarks", "reproduced",
+                          "`Reproduction()` in run mode; the table above"),
+        "Fig. 1": Item("a diagram of DP-SGD", "left out", "a diagram, no data"),
+        "Fig. 2": Item("per-sample gradient norms in the last 10 epochs (FashionMNIST, CelebA)", "CPU analogue",
+                       "[DP-PSASC in training](psasc_in_training.ipynb), on digits [PSASC-39]; at scale left out: "
+                       "run mode records accuracies, not per-sample norms"),
+        **{f"Fig. {n}": Item(f"gradient similarity ({data})", "CPU analogue",
+                             "[DP-PSASC in training](psasc_in_training.ipynb), on digits; at scale left out: run "
+                             "mode records no per-step gradients")
+           for n, data in ((3, "FashionMNIST"), (4, "MNIST"), (5, "CIFAR-10"), (6, "CelebA"))},
+        "Fig. 7": Item("parameter and gradient similarities (Imagenette)", "CPU analogue",
+                       "[DP-PSASC in training](psasc_in_training.ipynb), on digits, with the book's reading of "
+                       "parameter similarity [PSASC-38]; at scale left out, as Figs. 3–6"),
+        "Fig. 8": Item("average gradient scaling weights of DP-PSAC and DP-PSASC", "CPU analogue",
+                       "[DP-PSASC in training](psasc_in_training.ipynb); the weight functions in "
+                       "[The weight functions](psasc_weights.ipynb)"),
+        "Fig. 9": Item("a diagram of why DP-PSASC's gradients can be less similar", "left out",
+                       "a diagram; [The weight functions](psasc_weights.ipynb) draws the weights it explains"),
+    }
+
     datasets: list[str] = field(default_factory=lambda: ["mnist", "fashionmnist", "cifar10-simclr", "celeba",
                                                          "imagenette"])
     methods: list[str] = field(default_factory=lambda: list(LABELS))
@@ -92,7 +137,7 @@ class Reproduction(Chapter):
     lr_grid: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
     lr_scaling: str = "sensitivity"
     lr_grids: dict[str, list[float]] = field(default_factory=dict)
-    momentum_grid: list[dict] = field(default_factory=lambda: [{"K0": 2, "gamma0": 0.5, "gamma1": 0.5}])
+    momentum_grid: list[dict] = field(default_factory=lambda: grid_product(K0=(2,), **MOMENTUM_AXES))
     cells: list[tuple[str, str]] | None = None
     curve_datasets: list[str] | None = None
 
