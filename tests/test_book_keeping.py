@@ -46,6 +46,8 @@ IMAGE_MODELS = {  # name -> (builder, input shape, examples: over 16 where the g
     "mnist_cnn": (models.mnist_cnn, (1, 28, 28), 5),
     "mnist_cnn-gn": (lambda: models.mnist_cnn(norm_groups=4), (1, 28, 28), 5),
     "cifar10_cnn": (models.cifar10_cnn, (3, 32, 32), 19),
+    "mnist_cnn_gn": (models.mnist_cnn_gn, (1, 28, 28), 5),  # DPDR's: GroupNorm(gcd(32, C), C) after each conv
+    "cifar10_cnn_gn": (models.cifar10_cnn_gn, (3, 32, 32), 17),
     "resnet18_gn": (models.resnet18_gn, (3, 32, 32), 3),
     "resnet34_gn": (models.resnet34_gn, (3, 32, 32), 2),
     "resnet9": (models.resnet9, (3, 32, 32), 3),

@@ -18,10 +18,12 @@ from dpbook.models import (
     MODELS,
     build_model,
     cifar10_cnn,
+    cifar10_cnn_gn,
     count_parameters,
     digits_cnn,
     linear_classifier,
     mnist_cnn,
+    mnist_cnn_gn,
     replace_batchnorm,
     resnet9,
     resnet18_gn,
@@ -38,6 +40,8 @@ PARAMETERS = {
     "linear_classifier": 40_970,
     "digits_cnn": 6_090,
     "digits_mlp": 2_410,
+    "mnist_cnn_gn": 26_010 + 2 * (16 + 32),  # 26,106: a scale and a shift per channel of each conv
+    "cifar10_cnn_gn": 550_570 + 2 * 2 * (32 + 64 + 128),  # 551,466
 }
 
 INPUT_SHAPE = {
@@ -49,6 +53,8 @@ INPUT_SHAPE = {
     "linear_classifier": (4096,),
     "digits_cnn": (1, 8, 8),
     "digits_mlp": (1, 8, 8),
+    "mnist_cnn_gn": (1, 28, 28),
+    "cifar10_cnn_gn": (3, 32, 32),
 }
 
 
@@ -80,6 +86,27 @@ def test_options_change_sizes_as_documented():
     # T&B's padding 2 and Papernot/Opacus's padding 3 give the same sizes
     assert mnist_cnn(conv1_padding=2)(torch.zeros(1, 1, 28, 28)).shape == (1, 10)
     assert resnet9(num_classes=2, in_channels=1)(torch.zeros(1, 1, 64, 64)).shape == (1, 2)
+
+
+@pytest.mark.parametrize(("gn", "plain", "shape", "groups"), [
+    (mnist_cnn_gn, mnist_cnn, (1, 28, 28), [16, 32]),
+    (cifar10_cnn_gn, cifar10_cnn, (3, 32, 32), [32] * 6),
+])
+def test_dpdrs_cnns_are_the_plain_cnns_with_groupnorm_after_each_conv(gn, plain, shape, groups):
+    """DPDR's models (reading DPDR-21): GroupNorm(gcd(32, C), C) right after every conv, before its tanh; the other
+    layers are the plain network's, so its state dict loads into ours once the GroupNorms are left out."""
+    model, reference = gn(), plain()
+    layers = list(model.named_children())
+    norms = [(i, m) for i, (_, m) in enumerate(layers) if isinstance(m, nn.GroupNorm)]
+    assert [m.num_groups for _, m in norms] == groups
+    for i, m in norms:
+        assert isinstance(layers[i - 1][1], nn.Conv2d) and layers[i - 1][1].out_channels == m.num_channels
+        assert isinstance(layers[i + 1][1], nn.Tanh)
+    assert count_parameters(model) == count_parameters(reference) + sum(2 * m.num_channels for _, m in norms)
+    missing, unexpected = model.load_state_dict(reference.state_dict(), strict=False)
+    assert unexpected == [] and {k.split(".")[0] for k in missing} == {layers[i][0] for i, _ in norms}
+    assert model(torch.zeros(2, *shape)).shape == (2, 10)
+    assert build_model(gn.__name__.upper())(torch.zeros(1, *shape)).shape == (1, 10)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +154,7 @@ def _vmap_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[
 
 
 @pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("digits_mlp", 3), ("resnet18_gn", 2),
-                                             ("resnet9", 2), ("linear_classifier", 3)])
+                                             ("resnet9", 2), ("linear_classifier", 3), ("mnist_cnn_gn", 3)])
 def test_vmap_per_sample_gradients_match_loop(models, name, batch):
     # In float64: in float32 two max-pooled values can be equal to rounding, and the loop and vmap (different conv
     # kernels) may then route a gradient to different maxima, which is not what this test is about (seen on resnet9).

@@ -44,7 +44,7 @@ def test_the_grids_are_cleaned_and_the_own_grids_are_the_parameters():
     base, grid = rep.spec(("cifar10", 8.0, "dpsgd"))
     assert grid == [{"lr": 0.1, "C": 1.0}, {"lr": 0.3, "C": 1.0}]
     assert (base.method, base.optimizer, base.model, base.epochs, base.batch_size, base.protocol) == (
-        "dpsgd", "sgd", "cifar10_cnn", 20, 256, "none")
+        "dpsgd", "sgd", "cifar10_cnn_gn", 20, 256, "none")
     assert (base.epsilon, base.delta) == (8.0, 1e-5)
     base, grid = rep.spec(("cifar10", 8.0, "dpadam"))
     assert (base.method, base.optimizer, grid) == ("dpsgd", "adam", [{"lr": 0.01, "C": 1.0}])
@@ -57,6 +57,24 @@ def test_batch_size_and_epochs_per_dataset():
     svhn, mnist = rep.base_of("dpsgd", "svhn", 3.0), rep.base_of("dpsgd", "mnist", 3.0)
     assert (svhn.batch_size, svhn.epochs, svhn.micro_batch_size, svhn.model) == (100, 30, 8, "resnet18_gn")
     assert (mnist.batch_size, mnist.epochs) == (256, 30)
+
+
+@pytest.mark.parametrize("group_norm, trained", [
+    (True, {"mnist": "mnist_cnn_gn", "cifar10": "cifar10_cnn_gn", "svhn": "resnet18_gn"}),
+    (False, {"mnist": "mnist_cnn", "cifar10": "cifar10_cnn", "svhn": "resnet18_gn"}),
+])
+def test_group_norm_trains_table_1s_models_with_the_papers_groupnorm(group_norm, trained, tmp_path):
+    """[DPDR-21] Every cell, its label and Fig. 6's runs train the ``_gn`` variant of Table 1's CNN (the default),
+    or the plain CNN with ``group_norm=False``; ``models()`` stays Table 1's names."""
+    assert dpdr.models() == {"mnist": "mnist_cnn", "cifar10": "cifar10_cnn", "svhn": "resnet18_gn"}
+    rep = Reproduction(group_norm=group_norm, datasets=["mnist"], epsilons=[3.0], fig_dataset="mnist", lr_grid=[0.5],
+                       C_grid=[1.0], batch_size=32, epochs=1, smoke=True, results_dir=str(tmp_path))
+    for dataset, model in trained.items():
+        assert {rep.base_of(key, dataset, 3.0).model for key in ROWS} == {model}
+        assert rep.label((dataset, 3.0, "dpdr"))["dataset (model)"] == f"{dataset} ({model})"
+    fake_results(rep, reproduce.search(*rep.spec(("mnist", 3.0, "dpsgd"))), lambda run: 0.8)
+    points, _ = rep.figure6_points()
+    assert {run.model for runs in points.values() for _, run in runs} == {trained["mnist"]}
 
 
 def test_sigma_alpha_ratio_is_table_2s_unless_given():
@@ -116,8 +134,9 @@ def test_the_table_says_not_run_yet_without_results(tmp_path):
         waits = any(f"| {dpdr.label(k)} |" in row for k in ("dpdr", "diff", "diff2"))
         assert ("| waits for DP-SGD's grid |" if waits else "| not run yet |") in row, row
     # Table 1's row order: method (as the paper), then dataset
-    assert [r.split(" | ")[1:3] for r in rows[:3]] == [["DPDR", "mnist (mnist_cnn)"], ["DPDR", "cifar10 (cifar10_cnn)"],
-                                                       ["AutoClip", "mnist (mnist_cnn)"]]
+    assert [r.split(" | ")[1:3] for r in rows[:3]] == [["DPDR", "mnist (mnist_cnn_gn)"],
+                                                       ["DPDR", "cifar10 (cifar10_cnn_gn)"],
+                                                       ["AutoClip", "mnist (mnist_cnn_gn)"]]
     assert "stand-in" not in text and "MNIST-5k" in Reproduction(stand_ins=True, datasets=["mnist"],
                                                                  results_dir=str(tmp_path)).table()
 
@@ -137,7 +156,7 @@ def test_the_noise_table_sets_ours_next_to_table_2():
     text = Reproduction(datasets=["mnist"], epsilons=[3.0], methods=["dpdr"]).noise_table()
     (row,) = [line for line in text.splitlines() if line.startswith("| mnist")]
     # T = 20 epochs of round(N / B) steps; DP-SGD's sigma is Table 2's sigma_g to 3 digits
-    assert row.startswith("| mnist (mnist_cnn) | 3 | 60000 | 256 | 4680 | 0.00427 | 0.8032 |")
+    assert row.startswith("| mnist (mnist_cnn_gn) | 3 | 60000 | 256 | 4680 | 0.00427 | 0.8032 |")
     assert row.endswith("| 0.803 / 0.81 / 2 |")
     assert "(ours, s = 50)" in text
 

@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 __all__ = [
-    "group_norm", "replace_batchnorm", "count_parameters", "mnist_cnn", "cifar10_cnn", "digits_cnn", "digits_mlp",
-    "BasicBlock", "ResNetGN", "resnet18_gn", "resnet34_gn", "Residual", "resnet9", "Standardize", "linear_classifier",
-    "LSTMLayer", "CharLSTM", "char_lstm", "BertClassifier", "BertHead", "bert_trainable_count", "tiny_bert_config",
-    "bert_classifier", "MODELS", "build_model"
+    "group_norm", "replace_batchnorm", "count_parameters", "mnist_cnn", "cifar10_cnn", "mnist_cnn_gn", "cifar10_cnn_gn",
+    "digits_cnn", "digits_mlp", "BasicBlock", "ResNetGN", "resnet18_gn", "resnet34_gn", "Residual", "resnet9",
+    "Standardize", "linear_classifier", "LSTMLayer", "CharLSTM", "char_lstm", "BertClassifier", "BertHead",
+    "bert_trainable_count", "tiny_bert_config", "bert_classifier", "MODELS", "build_model"
 ]
 
 import inspect
@@ -34,12 +34,14 @@ from dpbook.models.vision import (
     ResNetGN,
     Standardize,
     cifar10_cnn,
+    cifar10_cnn_gn,
     count_parameters,
     digits_cnn,
     digits_mlp,
     group_norm,
     linear_classifier,
     mnist_cnn,
+    mnist_cnn_gn,
     replace_batchnorm,
     resnet9,
     resnet18_gn,
@@ -55,6 +57,8 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "linear_classifier": linear_classifier,
     "digits_cnn": digits_cnn,
     "digits_mlp": digits_mlp,
+    "mnist_cnn_gn": mnist_cnn_gn,
+    "cifar10_cnn_gn": cifar10_cnn_gn,
     "char_lstm": char_lstm,
     "bert_base": bert_classifier,
 }

@@ -19,15 +19,18 @@ the book walks through a new one.
 
 from __future__ import annotations
 
-__all__ = ["Chapter", "method_labels"]
+__all__ = ["OPERATIONAL", "Chapter", "method_labels"]
 
 import abc
+import dataclasses
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Mapping, Sequence
+from typing import ClassVar, Hashable, Iterable, Mapping, Sequence
 
 from dpbook.repro import reproduce, results
+from dpbook.repro.coverage import Item, coverage_table
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.plotting import method_label
+from dpbook.repro.sources import Source, sources_table
 
 
 def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -41,6 +44,10 @@ def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = No
     return {m: aliases[m] if m in aliases else method_label(m) for m in methods}
 
 
+#: The parameters of every chapter that say where and how its runs execute, not what they compute.
+OPERATIONAL = ("device", "stand_ins", "data_root", "download", "results_dir", "smoke", "jobs")
+
+
 @dataclass
 class Chapter(abc.ABC):
     """The parameters common to the reproduction chapters (each chapter's ``Reproduction`` adds its own, ``seeds``
@@ -52,6 +59,15 @@ class Chapter(abc.ABC):
     stand-in data of the real shapes (tests only; their result files are named ``smoke_*``); ``jobs``: runs at once
     in run mode (processes).
     """
+
+    #: Where each parameter's default comes from (:mod:`dpbook.repro.sources`): every parameter but the
+    #: :data:`OPERATIONAL` ones and the :attr:`SELECTION`.
+    SOURCES: ClassVar[Mapping[str, Source]] = {}
+    #: The parameters that choose which of the paper's cells and figures run or show, and how finely a figure is
+    #: drawn: they change no run.
+    SELECTION: ClassVar[tuple[str, ...]] = ()
+    #: Every table and figure of the paper, and what the book does with it (:mod:`dpbook.repro.coverage`).
+    COVERAGE: ClassVar[Mapping[str, Item]] = {}
 
     device: str = "auto"
     stand_ins: bool = False
@@ -68,6 +84,23 @@ class Chapter(abc.ABC):
         self.unreachable: dict[str, str] = {}   # run mode's notes: a cell that cannot run -> why
         self.missing: dict[str, str] = {}       # a cell whose data is missing -> the error
         self.assume_first = False               # the dry run's: a prerequisite's best point is its first point
+
+    @classmethod
+    def defaults(cls) -> dict[str, object]:
+        """Every parameter's default value."""
+        return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+                for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def sources_table(cls) -> str:
+        """Where each setting's default comes from, as the chapter shows it
+        (:func:`dpbook.repro.sources.sources_table`)."""
+        return sources_table(cls.defaults(), cls.SOURCES)
+
+    @classmethod
+    def coverage_table(cls) -> str:
+        """Every table and figure of the paper and what the book does with it, as the chapter shows it."""
+        return coverage_table(cls.COVERAGE)
 
     # -- what varies per paper -------------------------------------------------------------------------------------
 

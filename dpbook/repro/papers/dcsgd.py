@@ -30,16 +30,18 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from dpbook import checks
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import reproduce, results
+from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, listing
+from dpbook.repro.sources import Source
 from dpbook.tasks import TASKS
 from dpbook.tuning import grid_product
 
@@ -171,6 +173,62 @@ class Cell(NamedTuple):
 @dataclass
 class Reproduction(Chapter):
     """The chapter's parameters (see the notebook's parameters cell for each one's meaning), and its cells."""
+
+    SOURCES: ClassVar[dict[str, Source]] = {
+        "seeds": Source("Sec. VI-B", note="Tables IV and V: “repeat the training 5 times”"),
+        "searches": Source(reading="DCSGD-33"),
+        "epochs": Source("Sec. V-C; App. G", note="the paper's per model: CNN 10, ResNets 20, BERT 5, LSTM 20"),
+        "batch_size": Source("Sec. V-C"),
+        "lr": Source("Sec. V-C", note="Adam's default η, not tuned"),
+        "sgd_lrs": Source("Table VI; Table VII", note="Table VII's 20 values of η"),
+        "grids": Source("Table VI; Table VII", note="Table VII's candidates"),
+        "figure_epsilons": Source(reading="DCSGD-44"),
+        "figure_seeds": Source(reading="DCSGD-44"),
+        "figure_p": Source(reading="DCSGD-30"),
+        "p_values": Source("Table VII", note="the candidates of p"),
+        "b_values": Source(reading="DCSGD-44"),
+        "sigma_H_values": Source(reading="DCSGD-44"),
+        "fig4_settings": Source("Fig. 4", "DCSGD-31", note="the caption's three settings"),
+        "fig4_fractions": Source(reading="DCSGD-31"),
+        "fig8_settings": Source("Fig. 8", "DCSGD-45"),
+        "fig8_samples": Source("Fig. 8"),
+        "fig8_optimizer": Source("Fig. 8", note="“the standard SGD algorithm”"),
+        "fig8_lr": Source(reading="DCSGD-45"),
+    }
+    SELECTION: ClassVar[tuple[str, ...]] = (
+        "table", "datasets", "models", "methods", "epsilons", "micro_batch_size", "fresh", "figures",
+        "figure_datasets", "fig4_points", "fig8_points")
+    COVERAGE: ClassVar[dict[str, Item]] = {
+        "Table I": Item("time of tuning: one run × the grid size, per model and method", "reproduced",
+                        "`Reproduction(...).table_i()`, from the runs' recorded wall times"),
+        **{f"Table {t}": Item(what, "reproduced", f"`Reproduction(table=\"{t}\")` in run mode")
+           for t, what in (("II", "accuracy, Adam, the search charged by Liu–Talwar"),
+                           ("III", "accuracy, Adam, the search charged by RDP composition"),
+                           ("IV", "accuracy, Adam, no tuning cost (5 runs)"),
+                           ("V", "accuracy, SGD with momentum, no tuning cost (5 runs)"),
+                           ("VIII", "accuracy of DC-SGD beside AutoClip, with LSTM on NAMES"))},
+        "Table VI": Item("which hyperparameters each method tunes", "transcribed",
+                         "`data/paper/dcsgd_table6.json`; every grid of the reproduction"),
+        "Table VII": Item("the candidate values of each hyperparameter", "transcribed",
+                          "`data/paper/dcsgd_table7.json`; every grid of the reproduction"),
+        "Fig. 1": Item("DP-SGD's accuracy over a grid of C and η (CIFAR-10, ResNet18, ε = 8, SGD)", "CPU analogue",
+                       "the heatmap of [DP-SGD from scratch](dpsgd_from_scratch.ipynb), on digits; at scale, "
+                       "Table V's DP-SGD cell at ε = 8 trains the same grid (with momentum 0.9) but no heatmap is "
+                       "drawn of it"),
+        "Fig. 2": Item("the percentile threshold from a noisy histogram, synthetic norms (R = 150)", "reproduced",
+                       "[DC-SGD on synthetic gradient norms](dcsgd_synthetic_norms.ipynb), b and σ_H chosen "
+                       "[DCSGD-37]"),
+        "Fig. 3": Item("the expected squared error E(C), synthetic norms (R = 120)", "reproduced",
+                       "[DC-SGD on synthetic gradient norms](dcsgd_synthetic_norms.ipynb) [DCSGD-37]"),
+        "Fig. 4": Item("E(C) during training on CIFAR-10, SVHN and MNIST", "reproduced",
+                       "`figures=[\"4\"]` (`dcsgd_figures.measure_fig4`) [DCSGD-31]"),
+        **{f"Fig. {n}": Item(f"accuracy against {what} ({where})", "reproduced", f"`figures=[\"{n}\"]` in run mode")
+           for n, what, where in (("5", "DC-SGD-P's p", "SVHN, QNLI"), ("6", "the bin count b", "SVHN, QNLI"),
+                                  ("7", "σ_H", "SVHN, QNLI"), ("9", "DC-SGD-P's p", "CIFAR-10, MNIST"),
+                                  ("10", "the bin count b", "CIFAR-10, MNIST"), ("11", "σ_H", "CIFAR-10, MNIST"))},
+        "Fig. 8": Item("the mean per-sample gradient norm during SGD training (ResNet18)", "reproduced",
+                       "`figures=[\"8\"]` (`dcsgd_figures.measure_fig8`) [DCSGD-45]"),
+    }
 
     table: str | list[str] = "IV"
     datasets: list[str] | None = None

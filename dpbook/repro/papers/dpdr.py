@@ -1,12 +1,17 @@
 r"""Reproducing DPDR (Liu et al.): Table 1 and Figures 5–6.
 
 A cell of Table 1 is one (dataset, epsilon, method). It is a base :class:`~dpbook.repro.experiment.Experiment` at the
-paper's setting (App. A.1: 20 epochs, expected batch size 256, plain SGD; protocol "none") and a grid of points, its
-learning rate included; :mod:`dpbook.repro.reproduce` trains grid point i with seed i and re-trains the best point
-with seeds 0..n-1. DPDR's DP-SGD phase takes "the best DP-SGD settings" (App. A.1): its learning rate and C_g are
-those of the best DP-SGD grid point of the same dataset and budget, so a DPDR cell (and a DIFF or DIFF2 cell, whose
+paper's setting (20 epochs and expected batch size 256, as App. A.1 states; Poisson sampling and plain SGD, as the
+book reads Sec. 3 and Alg. 1 [DPDR-29]; protocol "none") and a grid of points, its learning rate included
+[DPDR-27]; :mod:`dpbook.repro.reproduce` trains grid point i with seed i and re-trains the best point with seeds
+0..n-1. For DPDR's DP-SGD phase App. A.1 says "The parameter selection on DPSGD phase is just the same as original
+DPSGD": its learning rate and C_g are those of the best DP-SGD grid point of the same dataset and budget, so a DPDR cell (and a DIFF or DIFF2 cell, whose
 DP-SGD steps take C_g the same way) waits for DP-SGD's grid. Fig. 5 is read from the per-epoch metrics of the Table
 1 runs; Fig. 6's points are runs at the best Table 1 points with one quantity (B, C_alpha, s) changed.
+
+The models are Table 1's (:func:`models`) with the paper's GroupNorm: with ``group_norm`` (the default) a cell trains
+``mnist_cnn_gn`` / ``cifar10_cnn_gn`` (a GroupNorm after each convolution, before tanh: our placement, DPDR-21) and
+``resnet18_gn`` (GroupNorm already); ``group_norm=False`` trains the CNNs without normalisation layers.
 
 DP-SGD's grid is the learning rates times the clipping bounds; DPDR's sigma_alpha is Table 2's ratio
 sigma_alpha / sigma_perp times sigma_perp:
@@ -16,6 +21,8 @@ sigma_alpha / sigma_perp times sigma_perp:
 (2, [{'lr': 0.5, 'C': 0.1}, {'lr': 0.5, 'C': 1.0}])
 >>> table2("mnist", 3.0, "sigma_perp"), table2("mnist", 3.0, "sigma_alpha"), rep.ratio_of("mnist", 3.0)
 (0.81, 2.0, 2.46914)
+>>> rep.model_of("mnist"), Reproduction(group_norm=False).model_of("mnist"), rep.model_of("svhn")
+('mnist_cnn_gn', 'mnist_cnn', 'resnet18_gn')
 """
 
 from __future__ import annotations
@@ -27,16 +34,19 @@ __all__ = [
 
 import functools
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
+from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter, method_labels
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import Panels, axes, method_colour
+from dpbook.repro.sources import Source
 from dpbook.tuning import grid_product
 
 STUDY = "dpdr"
@@ -55,7 +65,8 @@ def paper_tables() -> tuple[dict, dict]:
 
 
 def models() -> dict[str, str]:
-    """Table 1's datasets and the model of each."""
+    """Table 1's datasets and the model of each, as the table names it (a cell trains
+    :meth:`Reproduction.model_of`)."""
     return {row["dataset"]: row["model"] for row in paper_tables()[0]["rows"]}
 
 
@@ -130,6 +141,56 @@ def crossing(eps, acc, level: float) -> str | None:
 class Reproduction(Chapter):
     """The chapter's parameters (see the notebook's parameters cell for each one's meaning), and its cells."""
 
+    SOURCES: ClassVar[dict[str, Source]] = {
+        "datasets": Source("Table 1", note="its three datasets"),
+        "methods": Source("Table 1", note="its six rows"),
+        "epsilons": Source("Table 1"),
+        "seeds": Source(reading="DPDR-23"),
+        "epochs": Source("App. A.1", note="the paper's 20"),
+        "batch_size": Source("App. A.1", "DPDR-22", note="the paper's 256"),
+        "group_norm": Source("Sec. 7; App. A.1", "DPDR-21", note="“All of models adopts group normalization”"),
+        "lr_grid": Source("App. A.1", "DPDR-27", note="the range [0.1, 2]"),
+        "adam_lr_grid": Source(reading="DPDR-26"),
+        "C_grid": Source("App. A.1", "DPDR-27", note="the range [0.05, 1]"),
+        "C_perp_grid": Source("App. A.1", "DPDR-27", note="the range [0.05, 1]"),
+        "C_alpha_grid": Source("App. A.1", "DPDR-27", note="the range 0.05 to 1.5"),
+        "C_d_grid": Source("App. A.1", "DPDR-27", note="the range [0.001, 1]"),
+        "s": Source("Fig. 6", "DPDR-28", note="Fig. 6's best, on CIFAR-10"),
+        "sigma_alpha_ratio": Source("Table 2", note="σ_α / σ_⊥ as Table 2 prints them"),
+        "diff2_restart_every": Source(reading="DPDR-25"),
+        "autos_gamma": Source(reading="DPDR-30"),
+        "fig_dataset": Source("Fig. 5; Fig. 6", note="both are on CIFAR-10"),
+        "fig5_epsilon": Source(reading="DPDR-31"),
+        "fig5_accuracy_level": Source("Sec. 7.2", note="“2.59 ϵ for 55% accuracy”"),
+        "fig6_epsilon": Source(reading="DPDR-31"),
+        "fig6_batch_sizes": Source("Fig. 6", "DPDR-31"),
+        "fig6_C_alpha": Source("Fig. 6", "DPDR-24", note="its axis, [0.05, 3]"),
+        "fig6_s": Source("Fig. 6", "DPDR-31"),
+    }
+    SELECTION: ClassVar[tuple[str, ...]] = ("micro_batch_size", "cells", "fig6_seeds", "run_figure6")
+    COVERAGE: ClassVar[dict[str, Item]] = {
+        "Table 1": Item("accuracy of DPDR and five baselines on MNIST, CIFAR-10 and SVHN at ε = 3 and 8", "reproduced",
+                        "`Reproduction()` in run mode; the table above"),
+        "Table 2": Item("the noise multipliers σ_⊥, σ_α and σ_g", "reproduced",
+                        "the accountant recomputes σ_g for every cell (the noise table above); "
+                        "[DPDR, part 2](dpdr_accounting.ipynb) checks every row [DPDR-16]"),
+        "Fig. 1": Item("left: SGD directions on a linear regression; middle: subtraction against decomposition; "
+                       "right: gradient and orthogonal norms during CIFAR-10 training", "CPU analogue",
+                       "left and middle in [DPDR, part 1](dpdr_why_decompose.ipynb); right on digits in "
+                       "[DPDR, part 3](dpdr_in_training.ipynb); at scale left out: run mode records accuracies, "
+                       "not per-step norms"),
+        "Fig. 2": Item("a diagram of DPDR's framework", "left out",
+                       "a diagram; [DPDR, part 1](dpdr_why_decompose.ipynb) takes one step apart in code"),
+        "Fig. 3": Item("the norm of the difference against the gradient's, CIFAR-10", "CPU analogue",
+                       "[DPDR, part 3](dpdr_in_training.ipynb), on digits; at scale left out, as Fig. 1 (right)"),
+        "Fig. 4": Item("the distribution of orthogonal against difference norms, CIFAR-10", "CPU analogue",
+                       "[DPDR, part 3](dpdr_in_training.ipynb), on digits; at scale left out, as Fig. 1 (right)"),
+        "Fig. 5": Item("accuracy against steps and against the ε spent, CIFAR-10", "reproduced",
+                       "from the per-epoch metrics of Table 1's CIFAR-10 runs (no extra training)"),
+        "Fig. 6": Item("accuracy against B, C_α and s, CIFAR-10", "reproduced",
+                       "`run_figure6` in run mode: runs at the best Table 1 points"),
+    }
+
     datasets: list[str] = field(default_factory=lambda: ["mnist", "cifar10", "svhn"])
     methods: list[str] = field(default_factory=lambda: ["dpdr", "autos", "diff", "diff2", "dpadam", "dpsgd"])
     epsilons: list[float] = field(default_factory=lambda: [3.0, 8.0])
@@ -137,12 +198,13 @@ class Reproduction(Chapter):
     epochs: int | None = None
     batch_size: int | dict[str, int] | None = None
     micro_batch_size: int | dict[str, int] | None = None
+    group_norm: bool = True
     lr_grid: list[float] = field(default_factory=lambda: [0.1, 0.5, 2.0])
     adam_lr_grid: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01])
-    C_grid: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0])
-    C_perp_grid: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0])
-    C_alpha_grid: list[float] = field(default_factory=lambda: [0.1, 0.5, 1.5])
-    C_d_grid: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0])
+    C_grid: list[float] = field(default_factory=lambda: [0.05, 0.3, 1.0])
+    C_perp_grid: list[float] = field(default_factory=lambda: [0.05, 0.3, 1.0])
+    C_alpha_grid: list[float] = field(default_factory=lambda: [0.05, 0.5, 1.5])
+    C_d_grid: list[float] = field(default_factory=lambda: [0.001, 0.03, 1.0])
     s: int = 50
     sigma_alpha_ratio: float | str = "table2"
     diff2_restart_every: int = 50
@@ -185,10 +247,16 @@ class Reproduction(Chapter):
                              f"set sigma_alpha_ratio to a number")
         return clean_float(alpha / perp)
 
+    def model_of(self, dataset: str) -> str:
+        """The model a cell on ``dataset`` trains: Table 1's, with the paper's GroupNorm (the ``_gn`` variant, DPDR-21)
+        when ``group_norm``; a name that already ends in ``_gn`` (``resnet18_gn``) is kept."""
+        name = models()[dataset]
+        return name + "_gn" if self.group_norm and not name.endswith("_gn") else name
+
     def base_of(self, key: str, dataset: str, epsilon: float) -> Experiment:
         method, optimizer = method_of(key)
-        exp = Experiment(study=STUDY, dataset=dataset, model=models()[dataset], method=method, epsilon=float(epsilon),
-                         delta=_delta_of(dataset, epsilon),
+        exp = Experiment(study=STUDY, dataset=dataset, model=self.model_of(dataset), method=method,
+                         epsilon=float(epsilon), delta=_delta_of(dataset, epsilon),
                          epochs=PAPER_EPOCHS if self.epochs is None else int(self.epochs),
                          batch_size=int(per_dataset(self.batch_size, dataset, PAPER_BATCH_SIZE)), optimizer=optimizer,
                          lr=1.0, protocol="none", smoke=bool(self.smoke),
@@ -217,7 +285,7 @@ class Reproduction(Chapter):
         if sgd is None:
             return None
         C_g = sgd.hyperparameters["C"]
-        if key == "dpdr":   # the DP-SGD phase at the best DP-SGD settings (App. A.1)
+        if key == "dpdr":   # the DP-SGD phase "just the same as original DPSGD" (App. A.1)
             return base, grid_product(lr=[sgd.lr], C_perp=self.C_perp_grid, C_alpha=self.C_alpha_grid, C_g=[C_g],
                                       s=[int(self.s)], sigma_alpha_ratio=[self.ratio_of(dataset, epsilon)])
         if key == "diff":
@@ -234,7 +302,7 @@ class Reproduction(Chapter):
 
     def label(self, cell: tuple[str, float, str]) -> dict[str, object]:
         dataset, epsilon, key = cell
-        return {"ε": epsilon, "method": label(key), "dataset (model)": f"{dataset} ({models()[dataset]})"}
+        return {"ε": epsilon, "method": label(key), "dataset (model)": f"{dataset} ({self.model_of(dataset)})"}
 
     def details(self, cell: tuple, summary: dict) -> dict[str, object]:
         sigma = summary["sigma"]
@@ -313,7 +381,7 @@ class Reproduction(Chapter):
             base = self.base_of("dpsgd", dataset, epsilon)
             plan = reproduce.plan(base, 1)
             printed = (table2(dataset, epsilon, q) for q in ("sigma_g", "sigma_perp", "sigma_alpha"))
-            row = {"dataset": f"{dataset} ({models()[dataset]})", "epsilon": f"{epsilon:g}",
+            row = {"dataset": f"{dataset} ({base.model})", "epsilon": f"{epsilon:g}",
                    "N": reproduce.training_size(base), "B": base.batch_size, "T": plan.steps,
                    "q": f"{plan.sample_rate:.5f}", "sigma": f"{plan.sigma:.4f}",
                    "paper": " / ".join(f"{v:g}" if v is not None else "–" for v in printed)}
@@ -361,7 +429,7 @@ class Reproduction(Chapter):
         if not curves:
             return Panels(None, [])
         fig, (ax_a, ax_b, ax_c) = plt.subplots(3, 1, figsize=(8, 11), layout="constrained")
-        title = f"{self.fig_dataset}, {models()[self.fig_dataset]}, ε = {float(self.fig5_epsilon):g}"
+        title = f"{self.fig_dataset}, {self.model_of(self.fig_dataset)}, ε = {float(self.fig5_epsilon):g}"
         level = float(self.fig5_accuracy_level)
         axes(f"(a) Test accuracy during training\n{title}", "step (optimizer updates)", "test accuracy (%)", ax=ax_a)
         axes(f"(b) Test accuracy against the privacy spent\n{title}", "ε spent so far (RDP, δ as in Table 1)",
@@ -401,7 +469,7 @@ class Reproduction(Chapter):
         points, _ = self.figure6_points()
         dpsgd_values = self.summary((self.fig_dataset, float(self.fig6_epsilon), "dpsgd"))["values"]
         reference = 100 * np.array(dpsgd_values) if dpsgd_values else None
-        where = f"{self.fig_dataset}, {models()[self.fig_dataset]}, ε = {float(self.fig6_epsilon):g}"
+        where = f"{self.fig_dataset}, {self.model_of(self.fig_dataset)}, ε = {float(self.fig6_epsilon):g}"
         titles = {"B": (f"(a) Expected batch size\n{where}", "expected batch size B (log scale)"),
                   "C_alpha": (f"(b) DPDR's coefficient bound\n{where}",
                               "C_α (clipping bound of the coefficients, log scale)"),
