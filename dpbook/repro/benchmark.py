@@ -26,6 +26,7 @@ from dpbook.methods import METHODS, in_book_order
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment, load_task_data
 from dpbook.repro.params import check_known
+from dpbook.repro.sources import Source, sources_table
 from dpbook.repro.sweep import run_all
 
 PROTOCOLS = ("none", "rdp", "lt")
@@ -49,7 +50,8 @@ class Benchmark:
     """The setting, budgets, grids and seeds of one benchmark; its cells, runs and sweep.
 
     ``setting`` holds the :class:`dpbook.repro.experiment.Experiment` fields every run shares (without ``study``);
-    ``paper_G`` the DC-SGD paper's grid sizes (Adam) that ``grids`` scale down.
+    ``paper_G`` the DC-SGD paper's grid sizes (Adam) that ``grids`` scale down; ``sources`` where each setting
+    comes from (:mod:`dpbook.repro.sources`): every key of ``setting``, ``epsilons``, ``seeds`` and ``grids``.
     """
 
     study: str
@@ -58,6 +60,7 @@ class Benchmark:
     grids: Mapping[str, list[dict]]
     paper_G: Mapping[str, int] = field(default_factory=dict)
     seeds: int = 5
+    sources: Mapping[str, Source] = field(default_factory=dict)
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -66,6 +69,15 @@ class Benchmark:
     @property
     def protocols(self) -> tuple[str, ...]:
         return PROTOCOLS
+
+    def defaults(self) -> dict[str, object]:
+        """Every setting the benchmark fixes: the run fields of ``setting``, the budgets, the seeds, the grids."""
+        return {**self.setting, "epsilons": self.epsilons, "seeds": self.seeds,
+                "grids": f"{len(self.grids)} methods, {sum(map(len, self.grids.values()))} points"}
+
+    def sources_table(self) -> str:
+        """Where each setting comes from, as the chapter shows it (:func:`dpbook.repro.sources.sources_table`)."""
+        return sources_table(self.defaults(), self.sources)
 
     def base(self, method: str, epsilon: float, protocol: str, *, epochs: int | None = None) -> Experiment:
         """The cell's experiment (seed and grid point are filled in by :mod:`dpbook.repro.reproduce`)."""

@@ -5,24 +5,22 @@ The chapters of :data:`dpbook.repro.digits_benchmark.BENCHMARK` and
 read their numbers, test the papers' claims and draw
 their figures the same way.
 
-A claim is tested with one rule (:func:`verdict`): the difference of two cells' means counts only when it exceeds
+A claim is tested with one rule (:func:`judge`): the difference of two cells' means counts only when it exceeds
 ``z`` Welch standard errors (:func:`dpbook.repro.results.difference`).
 
->>> claim = Claim("DP-PSASC Table III", "PSASC beats PSAC", "psasc", "psac", "higher", "none", "psasc_table3")
->>> {e: round(a - b, 2) for e, (a, b) in claim.paper_values().items()}
-{3.0: 0.26}
+The papers' claims are one register, :data:`dpbook.repro.claims.CLAIMS`, which both chapters judge (:func:`judge`).
 """
 
 from __future__ import annotations
 
 __all__ = [
     "Cells", "WORDS", "cells", "status_line", "values", "accuracy_table", "unreachable",
-    "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "verdict", "Claim", "judge", "versus_baseline",
+    "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge", "claims_markdown",
+    "versus_baseline",
     "against", "identical_counts", "identical_table", "histogram_noise_table",
     "setting_noise"
 ]
 
-from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -31,18 +29,11 @@ import numpy as np
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import results
 from dpbook.repro.benchmark import PROTOCOLS, Benchmark
+from dpbook.repro.claims import CLAIMS, WORDS, Claim, disagreements
 from dpbook.repro.experiment import Experiment, plan_of
 from dpbook.repro.plotting import legend_below, method_colour, method_label
 
 Cells = Mapping[tuple[str, float, str], dict]
-
-#: expectation -> verdict for a difference a - b significantly above (+1), below (-1) or within noise (0).
-WORDS = {
-    "higher": {1: "supports", -1: "contradicts", 0: "cannot tell"},
-    "lower": {1: "contradicts", -1: "supports", 0: "cannot tell"},
-    "not lower": {1: "supports", -1: "contradicts", 0: "consistent (within noise)"},
-}
-
 
 def cells(benchmark: Benchmark, results_dir=results.RESULTS_DIR, *, methods: Sequence[str] | None = None,
           epsilons: Sequence[float] | None = None, seeds: int | None = None, epochs: int | None = None) -> dict:
@@ -180,61 +171,15 @@ def _judged(va: Sequence[float], vb: Sequence[float], expect: str, *, z: float =
     return {"here (points)": f"{100 * d['diff']:+.2f} ± {100 * d['se']:.2f}", "verdict": WORDS[expect][d["sign"]]}
 
 
-def verdict(the_cells: Cells, claim: str, a: str, b: str, epsilons: Sequence[float], expect: str = "higher",
-            protocols: Sequence[str] = ("none",), *, z: float = 2.0) -> list[dict]:
-    """The claim "a compared with b as ``expect`` says", one row per (protocol, epsilon) where both cells are
-    complete: the difference (points, ± its standard error) and the verdict (:data:`WORDS`)."""
-    out = []
-    for p in protocols:
-        for e in epsilons:
-            va, vb = values(the_cells, a, e, p), values(the_cells, b, e, p)
-            if va is not None and vb is not None:
-                out.append({"claim": claim, "protocol": p, "eps": f"{e:g}", **_judged(va, vb, expect, z=z)})
-    return out
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A paper's claim about one dataset: method ``a`` compared with ``b`` as ``expect`` says ("higher", "lower",
-    "not lower"), under ``protocol``, with the paper's numbers in the transcribed ``table`` (rows selected by
-    ``dataset``, the methods, the protocol and ``match``); ``at``: the budgets the claim is made for (None: all
-    of the table's)."""
-
-    paper: str
-    text: str
-    a: str
-    b: str
-    expect: str
-    protocol: str
-    table: str
-    dataset: str = "mnist"
-    at: tuple[float, ...] | None = None
-    match: Mapping = field(default_factory=dict)
-
-    def paper_values(self) -> dict[float, tuple[float, float]]:
-        """epsilon -> (a's value, b's value) in the paper's table (exactly one row each)."""
-        table = results.load_paper_table(self.table)
-        out = {}
-        for method, slot in ((self.a, 0), (self.b, 1)):
-            for row in results.paper_rows(table, dataset=self.dataset, method=method, protocol=self.protocol,
-                                          **self.match):
-                e = float(row["epsilon"])
-                if self.at is None or e in self.at:
-                    pair = out.setdefault(e, [None, None])
-                    if pair[slot] is not None:
-                        raise ValueError(f"{self.table}: two rows of {method} at eps={e:g}; narrow `match`")
-                    pair[slot] = row["value"]
-        return {e: tuple(pair) for e, pair in sorted(out.items()) if None not in pair}
-
-
-def judge(the_cells: Cells, claims: Sequence[Claim], epsilons: Sequence[float], *, z: float = 2.0) -> list[dict]:
-    """Each claim at each budget the paper reports it for: the paper's difference a - b (points), this
-    benchmark's (± its standard error) and the verdict; "cannot speak" where this benchmark has no such budget or
-    no complete cell, with the reason."""
+def judge(the_cells: Cells, epsilons: Sequence[float], claims: Sequence[Claim] = CLAIMS, *,
+          z: float = 2.0) -> list[dict]:
+    """Each claim of the register at each budget the paper reports it for: the paper's difference a - b (points),
+    this benchmark's (± its standard error) and the verdict; "cannot speak" where this benchmark has no such budget
+    or no complete cell, with the reason."""
     rows = []
     for claim in claims:
         for e, (pa, pb) in claim.paper_values().items():
-            row = {"paper": claim.paper, "claim": claim.text, "protocol": claim.protocol, "eps": f"{e:g}",
+            row = {"paper": claim.where, "claim": claim.text, "protocol": claim.protocol, "eps": f"{e:g}",
                    "paper (points)": f"{pa - pb:+.2f}"}
             cell_a, cell_b = (the_cells.get((m, e, claim.protocol)) for m in (claim.a, claim.b))
             if e not in epsilons:
@@ -246,6 +191,25 @@ def judge(the_cells: Cells, claims: Sequence[Claim], epsilons: Sequence[float], 
                 rows.append(row | (_judged(va, vb, claim.expect, z=z) if va and vb
                                    else {"here (points)": "", "verdict": "not run yet"}))
     return rows
+
+
+def claims_markdown(rows: Sequence[Mapping]) -> str:
+    """:func:`judge`'s rows as a chapter shows them: the table of the claims judged at budgets this benchmark has,
+    a line counting the comparisons at budgets it lacks, and the claims whose paper's text and table disagree
+    (:func:`dpbook.repro.claims.disagreements`)."""
+    absent = [r for r in rows if r["verdict"].startswith("cannot speak (no ε")]
+    shown = [r for r in rows if r not in absent]
+    out = results.markdown_table(shown, ["paper", "claim", "protocol", "eps", "paper (points)", "here (points)",
+                                         "verdict"],
+                                 ["paper", "claim (a − b)", "protocol", "ε", "paper (points)", "here (points)",
+                                  "verdict"])
+    if absent:
+        budgets = ", ".join(sorted({r["eps"] for r in absent}, key=float))
+        out += (f"\n\nAnd {len(absent)} comparison(s) at budgets the papers report and this benchmark does not have "
+                f"(ε = {budgets}): it cannot speak to those.")
+    differ = disagreements()
+    return out + ("\n\n**Where a paper's text and its own MNIST rows disagree**, the register tests the table; the "
+                  "text's words:\n\n" + results.markdown_table(differ, list(differ[0])) if differ else "")
 
 
 def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str, *,
