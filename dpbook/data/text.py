@@ -3,7 +3,7 @@
 DC-SGD (Section V, Appendices D and G) trains a two-layer character LSTM on **NAMES**, the dataset of the PyTorch
 ``char_rnn_classification`` tutorial (Table VIII only), and BERT-base on **QNLI** (GLUE). The paper gives no
 train/test split for NAMES and states neither QNLI's sequence length nor the tokenizer's casing:
-:func:`load_names` and :func:`load_qnli` document the choices made here (a stratified 80/20 split;
+:func:`load_names` and :func:`load_qnli` document the choices made here (a stratified 80/20 split [DCSGD-46];
 ``bert-base-uncased`` and 128 tokens, both arguments). The paper's 5,463-example QNLI "test" set is GLUE's dev
 split [DCSGD-36]. The models are in :mod:`dpbook.models.text`.
 

@@ -9,9 +9,10 @@
 2. **Methods.** Every scaled-sum method's step on the Book-Keeping path against DP-SGD's, and DC-SGD-E's
    threshold search alone.
 
-The models are those the reproductions train: the papers' MNIST CNN, the CIFAR-10 CNN, ResNet18-GN on 32x32
-inputs and the trainable head of BERT-base (its last encoder layer, pooler and classifier on 128 tokens,
-:class:`dpbook.models.BertHead`). Inputs are random: the cost of a step does not depend on the values.
+The models are those the reproductions train: the standard DP MNIST CNN (in place of the papers' own
+[DCSGD-35]), the CIFAR-10 CNN, ResNet18-GN on 32x32 inputs and the trainable head of BERT-base (its last encoder
+layer, pooler and classifier on 128 tokens, :class:`dpbook.models.BertHead`). Inputs are random: the cost of a
+step does not depend on the values.
 
 ``--output FILE`` records everything as JSON (a rerun resumes: finished cells are kept), ``--table FILE`` prints
 the markdown tables of a record: the README's and the book's tables are rendered from the recorded file.

@@ -309,10 +309,28 @@ def cost_table(study: str, root: Path = DRY_RUN_DIR) -> str:
             f"data of the real shapes ({made}). Projected time = runs × steps × measured step, without evaluation. "
             "A cell above 15 GB (a Colab T4's memory) needs the chapter's `micro_batch_size` there: it bounds "
             "memory and changes no result.\n\n")
+    for name, r in (("CPU", cpu), ("GPU", gpu)):
+        if r and (changed := stale_parameters(study, r)):
+            names = ", ".join(f"`{c}`" for c in changed)
+            text += (f"**The {name} record predates the chapter's defaults** of {names}: "
+                     f"its times are those of the parameters it records; `python -m dpbook.repro.dry_run {study} "
+                     f"--force` on that device measures the defaults again.\n\n")
     return text + results.markdown_table(
         rows, ["table", "cells", "runs", "steps", "cpu_text", "gpu_text", "failed_text", "big"],
         ["table", "cells", "runs", "steps", "CPU time", "GPU time", "cells that failed to build",
          "cells above 15 GB"])
+
+
+def stale_parameters(study: str, record: dict) -> list[str]:
+    """The parameters of chapter ``study`` whose defaults differ from those a dry-run ``record`` was made with (its
+    cells and times are of the recorded values).
+
+    >>> stale_parameters("dpdr", {"parameters": {**_parameters(reproduction("dpdr"), 2), "group_norm": False}})
+    ['group_norm']
+    """
+    now = _parameters(reproduction(study), record["parameters"]["steps"])
+    recorded = record["parameters"]
+    return [name for name in now if name not in ("device", "smoke") and recorded.get(name) != now[name]]
 
 
 def _read(path: Path) -> dict | None:

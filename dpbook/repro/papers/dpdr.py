@@ -5,9 +5,10 @@ paper's setting (20 epochs and expected batch size 256, as App. A.1 states; Pois
 book reads Sec. 3 and Alg. 1 [DPDR-29]; protocol "none") and a grid of points, its learning rate included
 [DPDR-27]; :mod:`dpbook.repro.reproduce` trains grid point i with seed i and re-trains the best point with seeds
 0..n-1. For DPDR's DP-SGD phase App. A.1 says "The parameter selection on DPSGD phase is just the same as original
-DPSGD": its learning rate and C_g are those of the best DP-SGD grid point of the same dataset and budget, so a DPDR cell (and a DIFF or DIFF2 cell, whose
-DP-SGD steps take C_g the same way) waits for DP-SGD's grid. Fig. 5 is read from the per-epoch metrics of the Table
-1 runs; Fig. 6's points are runs at the best Table 1 points with one quantity (B, C_alpha, s) changed.
+DPSGD": its learning rate and C_g are those of the best DP-SGD grid point of the same dataset and budget, so a
+DPDR cell (and a DIFF or DIFF2 cell, whose DP-SGD steps take C_g the same way) waits for DP-SGD's grid. Fig. 5 is
+read from the per-epoch metrics of the Table 1 runs; Fig. 6's points are runs at the best Table 1 points with one
+quantity (B, C_alpha, s) changed.
 
 The models are Table 1's (:func:`models`) with the paper's GroupNorm: with ``group_norm`` (the default) a cell trains
 ``mnist_cnn_gn`` / ``cifar10_cnn_gn`` (a GroupNorm after each convolution, before tanh: our placement, DPDR-21) and
