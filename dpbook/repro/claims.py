@@ -114,6 +114,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("DC-SGD Table IV", "free tuning: Du et al. on par with DP-SGD", "dynamic", "dpsgd", "not lower", "none",
           DC4, says="Sec. VI-B: “The method of Du et al. can achieve the best performance under most settings”"),
     Claim("DC-SGD Table VIII", "free tuning: AutoClip above DP-SGD", "autos", "dpsgd", "higher", "none", DC8),
+    Claim("DC-SGD Table VIII", "free tuning: AutoClip above DC-SGD-P", "autos", "dcsgd-p", "higher", "none", DC8,
+          says="App. G: “our work can still achieve a better or close performance compared to AutoClip”"),
     Claim("DC-SGD Table III", "RDP: DP-SGD on par with or above DC-SGD-E", "dpsgd", "dcsgd-e", "not lower", "rdp",
           DC3, says="Sec. VI-B: “In the results obtained using RDP, DC-SGD-E continues to exhibit the best "
                "performance”"),
