@@ -312,9 +312,9 @@ def cost_table(study: str, root: Path = DRY_RUN_DIR) -> str:
     for name, r in (("CPU", cpu), ("GPU", gpu)):
         if r and (changed := stale_parameters(study, r)):
             names = ", ".join(f"`{c}`" for c in changed)
-            text += (f"**The {name} record predates the chapter's defaults** of {names}: "
-                     f"its times are those of the parameters it records; `python -m dpbook.repro.dry_run {study} "
-                     f"--force` on that device measures the defaults again.\n\n")
+            text += (f"**The {name} record was made with other values of** {names} than the chapter's defaults: the "
+                     f"runs and steps counted are the defaults', the time of a step is the one measured then; "
+                     f"`python -m dpbook.repro.dry_run {study} --force` on that device measures again.\n\n")
     return text + results.markdown_table(
         rows, ["table", "cells", "runs", "steps", "cpu_text", "gpu_text", "failed_text", "big"],
         ["table", "cells", "runs", "steps", "CPU time", "GPU time", "cells that failed to build",
