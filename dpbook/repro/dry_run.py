@@ -34,7 +34,7 @@ from __future__ import annotations
 __all__ = [
     "check_device",
     "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "record_path", "combination", "return_freed_memory",
-    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "status", "main"
+    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "stale_parameters", "status", "main"
 ]
 
 import argparse
