@@ -25,7 +25,7 @@ from typing import Iterable, Mapping
 from dpbook.repro import results
 
 #: A reading's id, as the Readings chapter defines it: a paper's prefix (a new paper adds its own), a number.
-READING_ID = re.compile(r"\b(?:DCSGD|DPDR|PSASC)-\d+\b")
+READING_ID = re.compile(r"(?:DCSGD|DPDR|PSASC)-[0-9]+")
 #: A place in a paper: a table, a figure, an algorithm, an equation, a section or an appendix, after the paper's
 #: name where the setting is not a paper's own (a benchmark's).
 PLACE = re.compile(r"(?:(?:DC-SGD|DPDR|DP-PSASC) )?(?:Table|Fig\.|Alg\.|Eq\.|Sec\.|App\.) [0-9A-Z]+[A-Za-z0-9.\-–]*")
