@@ -25,7 +25,7 @@ from dpbook.repro.claims import CLAIMS, Claim, paper_sign
 from dpbook.repro.coverage import missing_items
 from dpbook.repro.papers import dcsgd, dpdr, psasc
 from dpbook.repro.papers.chapter import OPERATIONAL
-from dpbook.repro.sources import READING_ID
+from dpbook.repro.sources import READING_ID, Source, unsourced
 from tests.test_readings import READINGS, defined_readings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,17 +52,16 @@ def code(notebook: str) -> str:
 @pytest.mark.parametrize("module", list(REPRODUCTIONS), ids=lambda m: m.__name__.rsplit(".", 1)[1])
 def test_every_default_of_a_reproduction_has_a_source(module):
     cls = REPRODUCTIONS[module]
-    parameters = [f.name for f in dataclasses.fields(cls)]
     declared = [*OPERATIONAL, *cls.SELECTION, *cls.SOURCES]
     assert len(declared) == len(set(declared)), "a parameter is declared twice (operational, selection, sources)"
-    missing = [name for name in parameters if name not in declared]
-    assert not missing, f"{cls.__module__}.Reproduction: no source for {missing}: add them to SOURCES (or SELECTION)"
-    assert not [name for name in declared if name not in parameters], "a source of no parameter"
+    settings = [f.name for f in dataclasses.fields(cls) if f.name not in (*OPERATIONAL, *cls.SELECTION)]
+    missing = unsourced(settings, cls.SOURCES)
+    assert not missing, f"{cls.__module__}.Reproduction: {missing}: add a source to SOURCES (or the name to SELECTION)"
 
 
 @pytest.mark.parametrize("benchmark", BENCHMARKS, ids=lambda m: m.__name__.rsplit(".", 1)[1])
 def test_every_setting_of_a_benchmark_has_a_source(benchmark):
-    assert list(benchmark.BENCHMARK.sources) == list(benchmark.BENCHMARK.defaults())
+    assert unsourced(benchmark.BENCHMARK.defaults(), benchmark.BENCHMARK.sources) == []
 
 
 def test_every_reading_a_source_cites_is_defined():
@@ -74,8 +73,6 @@ def test_every_reading_a_source_cites_is_defined():
 
 
 def test_a_setting_without_a_source_is_refused():
-    from dpbook.repro.sources import Source, unsourced
-
     with pytest.raises(ValueError, match="the paper.s place or a reading id"):
         Source()
     with pytest.raises(ValueError, match="not a place"):

@@ -73,11 +73,6 @@ class Claim:
     dataset: str = "mnist"
     match: Mapping = field(default_factory=dict)
 
-    @property
-    def paper(self) -> str:
-        """The paper's name: ``"DC-SGD"``, ``"DPDR"`` or ``"DP-PSASC"``."""
-        return self.where.rsplit(" Table", 1)[0]
-
     def rows(self, every_budget: bool = False) -> dict[float, tuple[dict, dict]]:
         """epsilon -> (a's row, b's row) of the paper's table (exactly one row each), at the claim's budgets or at
         every budget the table reports."""

@@ -19,7 +19,7 @@ from typing import Mapping
 
 from dpbook.repro import results
 
-#: What the book does with an item, in the order the chapter's table sorts them.
+#: What the book does with an item.
 STATUSES = ("reproduced", "CPU analogue", "transcribed", "left out")
 
 _ROMAN = ("I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII")
