@@ -466,7 +466,13 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
                       setting=f"for sample_rate={sample_rate!r}, steps={steps}, target_delta={target_delta!r} with "
                               f"the {accountant!r} accountant",
                       fix="Use a larger target_epsilon, fewer steps or a smaller sample_rate.")
-    _epsilon_checked([(sigma, sample_rate, steps)], target_delta, accountant)  # refuses an optimum at the grid's end
+    try:
+        _epsilon_checked([(sigma, sample_rate, steps)], target_delta, accountant)  # an optimum at the grid's end
+    except ValueError as err:
+        raise ValueError(f"target_epsilon={target_epsilon!r} asks for so little noise (sigma = {sigma:.3g} for "
+                         f"sample_rate={sample_rate!r}, steps={steps}) that the {accountant!r} accountant's bound is "
+                         f"no meaningful guarantee there ({str(err).split(': ', 1)[0]}): use a smaller "
+                         "target_epsilon") from None
     return sigma
 
 

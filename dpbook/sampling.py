@@ -61,6 +61,6 @@ def micro_batches(n: int, size: int | None) -> Iterator[slice]:
     """
     if size is not None:
         checks.integer("micro_batch_size", size)
-    step = size or max(n, 1)
+    step = max(n, 1) if size is None else size
     for start in range(0, n, step):
         yield slice(start, min(start + step, n))

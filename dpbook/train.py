@@ -44,7 +44,6 @@ from tqdm.std import tqdm
 from dpbook import checks
 from dpbook.io import atomic_torch_save
 from dpbook.methods.base import Method
-from dpbook.methods.registry import hyperparameter_names
 from dpbook.optim import DPOptimizer, released_diagnostics
 from dpbook.sampling import PoissonSampler
 
@@ -212,6 +211,8 @@ class Trainer:
                                   expected_batch_size=expected_batch_size, micro_batch_size=micro_batch_size,
                                   noise_seed=seed + 1_000_003, nonprivate_diagnostics=nonprivate_diagnostics,
                                   per_sample=per_sample)
+        self._releases = [f"{r.name}: sensitivity {r.sensitivity!r}, noise multiplier {r.noise_multiplier!r}"
+                          for r in method.releases()]  # before any step: the run's first releases
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.checkpoint_every = checks.integer("checkpoint_every", checkpoint_every)
         self.progress = progress
@@ -272,12 +273,15 @@ class Trainer:
             self.save(self.checkpoint)
 
     def fingerprint(self) -> dict:
-        """The configuration a checkpoint belongs to: what decides the run (not the micro-batch size or the device).
-        A checkpoint of another configuration is refused on resume (:meth:`load`)."""
+        """The configuration a checkpoint belongs to: what decides the run (not the micro-batch size or the device):
+        every constructor argument of the method (:attr:`dpbook.methods.base.Method.hyperparameters`) and its
+        declared releases at the first step, the model, the optimizer, the data, the schedule. A checkpoint of
+        another configuration is refused on resume (:meth:`load`), naming what differs."""
         method = self.engine.method
         return {
             "method": method.name,
-            "hyperparameters": {name: repr(getattr(method, name, None)) for name in hyperparameter_names(type(method))},
+            **{f"hyperparameter {name}": repr(value) for name, value in getattr(method, "hyperparameters", {}).items()},
+            "releases": self._releases,
             "model": [f"{name}{tuple(p.shape)}" for name, p in self.model.named_parameters()],
             "optimizer": f"{type(self.engine.optimizer).__name__}"
                          f"({', '.join(f'{k}={v!r}' for k, v in sorted(self.engine.optimizer.defaults.items()))})",

@@ -15,6 +15,7 @@ import submitit
 
 from dpbook.repro import dispatch, results, sweep
 from dpbook.repro.experiment import Experiment
+from dpbook.repro.sweep import __main__ as sweep_cli
 
 DIGITS = dict(study="dispatch", dataset="digits", model="digits_mlp", epsilon=4.0, delta=1e-5, epochs=1,
               batch_size=128, lr=0.01)
@@ -37,11 +38,11 @@ def test_local_manifest_resume_trains_only_what_is_missing(tmp_path, capsys):
     assert summary["done"] == 2 and Path(summary["manifest"]).is_file()
     results.read_result(GRID[1].path(tmp_path))
     GRID[1].path(tmp_path).unlink()  # as if that run had never finished
-    assert sweep.main(["status", summary["manifest"]]) == 1  # not everything is done
+    assert sweep_cli.main(["status", summary["manifest"]]) == 1  # not everything is done
     assert "not done" in capsys.readouterr().out
-    assert sweep.main(["resume", summary["manifest"]]) == 0
+    assert sweep_cli.main(["resume", summary["manifest"]]) == 0
     assert "planned 2: done 1, skipped 1" in capsys.readouterr().out
-    assert sweep.main(["status", summary["manifest"]]) == 0
+    assert sweep_cli.main(["status", summary["manifest"]]) == 0
 
 
 def test_slurm_options_from_a_file_and_flags(tmp_path):
@@ -94,7 +95,7 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
         victim._interrupt(timeout=False)  # scancel --signal SIGTERM, then USR2: what SLURM does before a preemption
         while time.time() < deadline and cluster.resolve(victim.job_id)[0]["restarts"] == 0:
             time.sleep(0.05)
-        assert sweep.main(["status", str(manifest)]) == 1  # requeued, not done yet: status shows it
+        assert sweep_cli.main(["status", str(manifest)]) == 1  # requeued, not done yet: status shows it
         row = next(line for line in capsys.readouterr().out.splitlines() if victim.job_id in line)
         assert long[2].path().name in row and " failed " not in row  # not done, whatever its momentary state
         summary = sweep_done.result(timeout=300)
@@ -105,7 +106,7 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
     records = [results.read_result(exp.path(results_dir)) for exp in long]
     assert [r["resumed"] for r in records] == [False, False, True, False]
     assert cluster.resolve(victim.job_id)[0]["restarts"] == 1
-    assert sweep.main(["status", str(manifest)]) == 0 and "4 run(s), done 4" in capsys.readouterr().out
+    assert sweep_cli.main(["status", str(manifest)]) == 0 and "4 run(s), done 4" in capsys.readouterr().out
     assert not checkpoint.exists()  # deleted once the result was written
     assert "stopped at step" in victim.stderr()  # saved after its current step, not at an epoch's end
 
@@ -113,7 +114,7 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
 def test_slurm_from_the_command_line_and_status(tmp_path, cluster, capsys):
     config = tmp_path / "cluster.toml"
     config.write_text('partition = "fake"\narray_parallelism = 2\nruns_per_job = 2\n')
-    code = sweep.main(["digits", "--executor", "slurm", "--slurm-config", str(config), "--time-min", "30",
+    code = sweep_cli.main(["digits", "--executor", "slurm", "--slurm-config", str(config), "--time-min", "30",
                        "--results-dir", str(tmp_path / "r"), "--methods", "dcsgd-e", "--epsilons", "8",
                        "--seeds", "2", "--epochs", "1"])
     out = capsys.readouterr().out
@@ -121,7 +122,7 @@ def test_slurm_from_the_command_line_and_status(tmp_path, cluster, capsys):
     manifest = next((tmp_path / "r" / ".sweeps").glob("*/manifest.json"))
     data = json.loads(manifest.read_text())
     assert data["executor"] == "slurm" and data["slurm"]["time_min"] == 30 and data["slurm"]["runs_per_job"] == 2
-    assert sweep.main(["status", str(manifest)]) == 0
+    assert sweep_cli.main(["status", str(manifest)]) == 0
     assert "done" in capsys.readouterr().out
 
 
@@ -131,7 +132,7 @@ def test_a_notebook_grid_through_submitit(tmp_path, cluster, capsys, executor):
     from .test_experiment import tiny_notebook
 
     path = tiny_notebook(tmp_path / "tiny.ipynb", "if x == 2:\n    raise ValueError('x must not be two')")
-    code = sweep.main(["notebook", str(path), "--grid", "x=1,2", "--output-dir", str(tmp_path / "executed"),
+    code = sweep_cli.main(["notebook", str(path), "--grid", "x=1,2", "--output-dir", str(tmp_path / "executed"),
                        "--executor", executor])
     out = capsys.readouterr().out.splitlines()
     assert code == 1 and out[-2:] == [
@@ -139,13 +140,13 @@ def test_a_notebook_grid_through_submitit(tmp_path, cluster, capsys, executor):
         f"  FAILED {tmp_path / 'executed' / 'tiny_x=2.ipynb'}: the cell 'if x == 2:' raised ValueError: x must "
         "not be two"]
     manifest = next((tmp_path / "executed" / ".sweeps").glob("*/manifest.json"))
-    assert sweep.main(["status", str(manifest)]) == 1
+    assert sweep_cli.main(["status", str(manifest)]) == 1
     status = capsys.readouterr().out
     assert "2 notebook(s), done 1, " in status and "tiny_x=2.ipynb" in status and "tiny_x=1.ipynb" not in status
     tiny_notebook(path, "assert x in (1, 2)")  # the notebook fixed: resume executes only what failed
-    assert sweep.main(["resume", str(manifest)]) == 0
+    assert sweep_cli.main(["resume", str(manifest)]) == 0
     assert "planned 2: done 1, skipped 1 (already recorded), failed 0" in capsys.readouterr().out
-    assert sweep.main(["status", str(manifest)]) == 0
+    assert sweep_cli.main(["status", str(manifest)]) == 0
 
 
 def test_a_manifest_holds_paths_and_devices_as_text(tmp_path):

@@ -12,6 +12,7 @@ from dpbook.accounting import epsilon_of_history
 from dpbook.methods import METHODS
 from dpbook.repro import experiment, reproduce, results, sweep
 from dpbook.repro.experiment import Experiment, check_spent, plan_of, run_experiment
+from dpbook.repro.sweep import __main__ as sweep_cli
 from dpbook.train import Trainer
 from dpbook.tuning import tuning_plan
 
@@ -253,7 +254,7 @@ def tiny_notebook(path, body: str):
 
 def test_a_sweep_with_a_wrong_parameter_starts_nothing(tmp_path, capsys):
     path = tiny_notebook(tmp_path / "tiny.ipynb", "open(out, 'w').write(str(x))")
-    code = sweep.main(["notebook", str(path), "--grid", "y=1,2", "--grid", "x=1,two", "--set", f"out={tmp_path}/o",
+    code = sweep_cli.main(["notebook", str(path), "--grid", "y=1,2", "--grid", "x=1,two", "--set", f"out={tmp_path}/o",
                        "--output-dir", str(tmp_path / "executed")])
     err = capsys.readouterr().err
     assert code == 2 and not (tmp_path / "executed").exists()
@@ -263,7 +264,7 @@ def test_a_sweep_with_a_wrong_parameter_starts_nothing(tmp_path, capsys):
 
 def test_a_sweep_value_that_is_no_python_literal_starts_nothing(tmp_path, capsys):
     path = tiny_notebook(tmp_path / "tiny.ipynb", "open(out, 'w').write(str(x))")
-    code = sweep.main(["notebook", str(path), "--grid", "x=[1, 2", "--output-dir", str(tmp_path / "executed")])
+    code = sweep_cli.main(["notebook", str(path), "--grid", "x=[1, 2", "--output-dir", str(tmp_path / "executed")])
     assert code == 2 and not (tmp_path / "executed").exists()
     assert "parameter 'x' = '[1, 2' is not a Python literal (SyntaxError" in capsys.readouterr().err
 
@@ -271,7 +272,7 @@ def test_a_sweep_value_that_is_no_python_literal_starts_nothing(tmp_path, capsys
 def test_a_failed_run_of_a_sweep_is_one_line_naming_its_cell(tmp_path, capsys):
     body = "if x == 2:\n    raise ValueError('x must not be two')"
     path = tiny_notebook(tmp_path / "tiny.ipynb", body)
-    code = sweep.main(["notebook", str(path), "--grid", "x=1,2", "--output-dir", str(tmp_path / "executed")])
+    code = sweep_cli.main(["notebook", str(path), "--grid", "x=1,2", "--output-dir", str(tmp_path / "executed")])
     out = capsys.readouterr().out.splitlines()
     assert code == 1
     assert out[-2:] == ["planned 2: done 1, failed 1",

@@ -27,11 +27,10 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from tabulate import tabulate
 
-from dpbook import accounting, checks, io
+from dpbook import accounting, cli, io
 from dpbook.audit.broken import BROKEN
 from dpbook.audit.parallel import records
 from dpbook.audit.statistics import CONFIDENCE
@@ -43,45 +42,48 @@ COLUMNS = ("method", "broken", "sample_rate", "steps", "trials", "canary", "epsi
            "mu_claimed", "mu_lower", "flagged", "seconds")
 
 
-def parse(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    """The parser and the checked arguments (a mistake exits 2 with a message naming it)."""
+def parser() -> argparse.ArgumentParser:
+    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.audit", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", help="a registered method, or 'all'")
-    parser.add_argument("--broken", help=f"a broken control ({', '.join(BROKEN)}), or 'all'")
-    parser.add_argument("--trials", type=int, default=FAST_TRIALS, help="plays per world (default %(default)s)")
-    parser.add_argument("--steps", type=int, nargs="+", default=[1, 2],
+    parser.add_argument("--method", type=cli.choice([*METHODS, "all"], "method"), help="a registered method, or 'all'")
+    parser.add_argument("--broken", type=cli.choice([*BROKEN, "all"], "broken control"),
+                        help=f"a broken control ({', '.join(BROKEN)}), or 'all'")
+    parser.add_argument("--trials", type=cli.integer(4, "plays per world"), default=FAST_TRIALS,
+                        help="plays per world (default %(default)s)")
+    parser.add_argument("--steps", type=cli.integer(1, "consecutive steps per play"), nargs="+", default=[1, 2],
                         help="consecutive steps of one method instance per play (default 1 2)")
-    parser.add_argument("--sample-rate", type=float, nargs="+", default=[1.0],
+    parser.add_argument("--sample-rate", type=cli.number(above=0, at_most=1, fix="a sampling probability q"),
+                        nargs="+", default=[1.0],
                         help="sample rate(s) q of the audited step (default 1; full-batch methods run at 1 only)")
-    parser.add_argument("--delta", type=float, default=DELTA)
-    parser.add_argument("--accountant", default="rdp", help="the accountant of the epsilon claimed (rdp or prv)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1),
+    parser.add_argument("--delta", type=cli.number(above=0, below=1, fix="the delta of the claim"), default=DELTA)
+    parser.add_argument("--accountant", type=cli.choice(accounting.ACCOUNTANTS, "accountant"), default="rdp",
+                        help="the accountant of the epsilon claimed (rdp or prv)")
+    parser.add_argument("--seed", type=cli.integer(0, "the audit's seed"), default=0)
+    parser.add_argument("--jobs", type=cli.integer(1, "audits at once"), default=max(1, os.cpu_count() or 1),
                         help="audits at once, one process each (default: the CPU count); the results do not depend "
                              "on it")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--output", type=Path, help="also write the results to this JSON file (resumes)")
+    parser.add_argument("--output", type=cli.output_file(), help="also write the results to this JSON file "
+                        "(resumes)")
     parser.add_argument("--force", action="store_true", help="replace an --output file of another audit")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the checked arguments (a mistake exits 2 with a message naming it)."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
     try:
         if args.method is None and args.broken is None:
             raise ValueError("give --method NAME (or all) and/or --broken KIND (or all)")
-        if args.method not in (None, "all"):
-            checks.one_of("method", args.method, METHODS)
-        if args.broken not in (None, "all"):
-            checks.one_of("broken control", args.broken, BROKEN)
-        checks.integer("--trials", args.trials, minimum=4)
-        checks.integer("--jobs", args.jobs, minimum=1)
-        args.steps = list(dict.fromkeys(checks.integer("--steps", T, minimum=1) for T in args.steps))
-        args.sample_rate = list(dict.fromkeys(checks.rate("--sample-rate", q) for q in args.sample_rate))
-        checks.open_unit("--delta", args.delta)
-        accounting.check_accountant(args.accountant)
+        args.steps = list(dict.fromkeys(args.steps))
+        args.sample_rate = list(dict.fromkeys(args.sample_rate))
         if not plan(args):
             raise ValueError(f"nothing to audit: {args.method!r} is full-batch, audited at --sample-rate 1 only")
     except ValueError as error:
-        parser.error(str(error))
-    return parser, args
+        parser_.error(str(error))
+    return parser_, args
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str | None, float, int]]:
@@ -114,8 +116,9 @@ def main(argv=None) -> int:
     options = dict(trials=args.trials, delta=args.delta, accountant=args.accountant, seed=args.seed, confidence=each)
     others = sorted({kind for _, kind, _, _ in jobs if kind and args.method not in (None, "all", BROKEN[kind][0])})
     if others:
-        print(f"note: {', '.join(others)} break other methods than {args.method}; each is audited on the method it "
-              "breaks (the 'method' column)", file=sys.stderr)
+        broken = ", ".join(f"{kind} (breaks {BROKEN[kind][0]})" for kind in others)
+        print(f"note: --broken {args.broken} includes {broken}, not {args.method}: each control is audited on the "
+              "method it breaks (the 'method' column)", file=sys.stderr)
     todo = [job for job in jobs if job not in finished]
     for (method, broken, q, T), record in zip(todo, records(todo, options, args.jobs)):
         results.append(record)

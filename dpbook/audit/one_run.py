@@ -45,7 +45,7 @@ from __future__ import annotations
 
 __all__ = [
     "CANARY_NORM", "GUESSES", "SCORES", "WithCanaries", "dirac_canaries", "quiet_coordinates", "OneRunResult",
-    "one_run_audit", "ceiling", "BOOK_RUNS", "BOOK_CONTROLS", "BOOK_EPSILONS", "BOOK_CANARIES", "main"
+    "one_run_audit", "ceiling", "BOOK_RUNS", "BOOK_CONTROLS", "BOOK_EPSILONS", "BOOK_CANARIES", "parser", "main"
 ]
 
 import argparse
@@ -53,12 +53,11 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from dpbook import checks, io
+from dpbook import checks, cli, io
 from dpbook.audit.broken import BROKEN
 from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
 from dpbook.data import load_digits
@@ -267,34 +266,39 @@ BOOK_EPSILONS = (1.0, 2.0, 4.0, 8.0)
 BOOK_CANARIES = (200, 1000, 2000)  # about 7 %, 35 % and 41 % of the training set once half of them are in
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    parser = argparse.ArgumentParser(prog="python -m dpbook.audit.one_run", description=main.__doc__)
+    parser.add_argument("--methods", nargs="*", default=list(BOOK_RUNS), type=cli.choice(BOOK_RUNS, "method"))
+    parser.add_argument("--broken", nargs="*", default=list(BOOK_CONTROLS), type=cli.choice(BOOK_CONTROLS, "control"),
+                        help="broken controls, each run in place of the method it breaks")
+    parser.add_argument("--epsilons", nargs="+", type=cli.number(above=0, fix="privacy budgets"),
+                        default=list(BOOK_EPSILONS))
+    parser.add_argument("--seeds", type=cli.integer(1, "runs per cell"), default=5)
+    parser.add_argument("--canaries", nargs="+", type=cli.integer(2, "canaries per run"),
+                        default=list(BOOK_CANARIES))
+    parser.add_argument("--output", type=cli.output_file(), required=True)
+    parser.add_argument("--force", action="store_true", help="replace a file written with other parameters")
+    return parser
+
+
 def main(argv=None) -> int:
     """``python -m dpbook.audit.one_run --output PATH``: the book's one-run audits (every method of
     :data:`BOOK_RUNS` and every control of :data:`BOOK_CONTROLS` x number of canaries x epsilon x seed), each written
     to ``PATH`` as it finishes. A rerun with the same parameters skips the runs done; a file written with other
     parameters is refused (``--force`` starts it afresh)."""
-    parser = argparse.ArgumentParser(prog="python -m dpbook.audit.one_run", description=main.__doc__)
-    parser.add_argument("--methods", nargs="*", default=list(BOOK_RUNS), choices=list(BOOK_RUNS))
-    parser.add_argument("--broken", nargs="*", default=list(BOOK_CONTROLS), choices=list(BOOK_CONTROLS),
-                        help="broken controls, each run in place of the method it breaks")
-    parser.add_argument("--epsilons", nargs="+", type=float, default=list(BOOK_EPSILONS))
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--canaries", nargs="+", type=int, default=list(BOOK_CANARIES))
-    parser.add_argument("--output", type=Path, required=True)
-    parser.add_argument("--force", action="store_true", help="replace a file written with other parameters")
-    args = parser.parse_args(argv)
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    if not args.methods and not args.broken:
+        parser_.error("nothing to run: give --methods and/or --broken")
     try:
-        if not args.methods and not args.broken:
-            raise ValueError("nothing to run: give --methods and/or --broken")
         for m in args.canaries:
             _check_canaries(m, list(digits_mlp().parameters()))
-        for epsilon in args.epsilons:
-            checks.positive("--epsilons", epsilon)
-        checks.integer("--seeds", args.seeds)
     except ValueError as error:
-        parser.error(str(error))
+        parser_.error(f"argument --canaries: {error}")
     parameters = {"epochs": 10, "batch_size": 128, "lr": 0.01, "delta": 1e-5, "guesses": list(GUESSES),
                   "scores": list(SCORES), "hyperparameters": BOOK_RUNS}
-    runs = resumable(args.output, parameters, "runs", force=args.force, parser=parser)
+    runs = resumable(args.output, parameters, "runs", force=args.force, parser=parser_)
     done = {(r["method"], r["broken"], r["canaries"], r["epsilon"], r["seed"]) for r in runs}
     mechanisms = [(method, None) for method in args.methods] + [(BROKEN[k][0], k) for k in args.broken]
     cells = [(method, broken, m, epsilon, seed) for method, broken in mechanisms for m in args.canaries

@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 import abc
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterable, Sequence
@@ -180,6 +181,18 @@ class Method(abc.ABC):
     #: True for a full-batch method (every step sees all :math:`N` examples, :math:`q = 1`), which a minibatch grid
     #: cannot run.
     full_batch: ClassVar[bool] = False
+
+    def __new__(cls, *args, **kwargs):
+        """Record the constructor's arguments, defaults filled in (:attr:`hyperparameters`): a checkpoint's
+        fingerprint holds every one, so a run resumed with another value is refused."""
+        self = super().__new__(cls)
+        try:
+            bound = inspect.signature(cls.__init__).bind(self, *args, **kwargs)
+        except TypeError:  # __init__ raises the same error; copy and pickle call __new__ without arguments
+            return self
+        bound.apply_defaults()
+        self.hyperparameters = {name: value for name, value in list(bound.arguments.items())[1:]}
+        return self
 
     def __init__(self) -> None:
         self.t = 0  # index of the coming step, 0-based

@@ -309,7 +309,8 @@ def _conv_weight_grad(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.T
     spatial = a.dim() - 2
     return torch.ops.aten.convolution_backward(
         g, a, module.weight if weight is None else weight, None, list(module.stride), list(module.padding),
-        list(module.dilation), False, [0] * spatial, groups or module.groups, [False, True, False])[1]
+        list(module.dilation), False, [0] * spatial, module.groups if groups is None else groups,
+        [False, True, False])[1]
 
 
 def _grouped_weight_grads(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 __all__ = [
     "loss_fn", "interleaved_median_ms", "Setting", "SETTINGS", "CONTENDERS", "batch", "make_step", "memory_child",
-    "SCALED_SUMS", "method_times", "tables", "main", "run"
+    "SCALED_SUMS", "method_times", "tables", "parser", "main", "run"
 ]
 
 import argparse
@@ -40,7 +40,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from dpbook import models
+from dpbook import cli, models
 from dpbook.io import atomic_write_json, resumable
 from dpbook.methods import METHODS, in_book_order, make_method
 from dpbook.optim import DPOptimizer
@@ -124,7 +124,7 @@ def batch(setting: Setting, B: int, device, seed: int = 0):
 
 
 def _slices(B: int, micro: int | None):
-    step = micro or B
+    step = B if micro is None else micro
     return [slice(s, min(s + step, B)) for s in range(0, B, step)]
 
 
@@ -183,7 +183,7 @@ def _engine_times(name: str, B: int, contenders, repeats: int | None, device) ->
     setting = SETTINGS[name]
     x, y = batch(setting, B, device)
     steps = {c: make_step(c, setting, x, y, device) for c in contenders}
-    return interleaved_median_ms(steps, repeats or setting.repeats, device)
+    return interleaved_median_ms(steps, setting.repeats if repeats is None else repeats, device)
 
 
 def _status_mib(field: str) -> float:
@@ -237,7 +237,7 @@ def method_times(name: str, B: int, repeats: int | None, device) -> dict:
     setting = SETTINGS[name]
     x, y = batch(setting, B, device)
     steps = {m: make_step("dpbook book-keeping", setting, x, y, device, method=m) for m in SCALED_SUMS}
-    times = interleaved_median_ms(steps, repeats or setting.repeats, device)
+    times = interleaved_median_ms(steps, setting.repeats if repeats is None else repeats, device)
     search = make_method("dcsgd-e", **METHODS["dcsgd-e"].declaration.example)  # its search on a histogram of real norms
     dcsgd = DPOptimizer(model := setting.build().to(device), torch.optim.SGD(model.parameters(), lr=0.01), search,
                         sample_rate=B / setting.N, expected_batch_size=B)
@@ -276,25 +276,45 @@ def tables(record: dict) -> str:
     return out
 
 
-def main(argv=None) -> None:
+def _bench_record(path: Path) -> dict:
+    """A record this benchmark wrote (``--output``): a ValueError says what else the file is."""
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict) or record.get("study") != "bench":
+        raise ValueError("its 'study' is not 'bench'")
+    return record
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--batch-sizes", type=int, nargs="+", help="instead of each model's (64, 256[, 1024])")
-    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    parser.add_argument("--repeats", type=int, help="interleaved rounds per cell (median; default 7, 3 for the "
-                        "ResNet and BERT)")
-    parser.add_argument("--method-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], choices=list(SETTINGS),
+    model = cli.choice(SETTINGS, "model")
+    parser.add_argument("--models", nargs="+", default=list(SETTINGS), type=model)
+    parser.add_argument("--batch-sizes", type=cli.integer(1, "expected batch sizes B"), nargs="+",
+                        help="instead of each model's (64, 256[, 1024])")
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), type=cli.choice(CONTENDERS, "contender"))
+    parser.add_argument("--repeats", type=cli.integer(1, "interleaved rounds per cell"),
+                        help="interleaved rounds per cell (median; default 7, 3 for the ResNet and BERT)")
+    parser.add_argument("--method-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], type=model,
                         help="models of the methods comparison (B = 256)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=cli.integer(1, "torch threads"), default=torch.get_num_threads())
+    parser.add_argument("--device", type=cli.device(), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--skip-memory", action="store_true")
-    parser.add_argument("--output", type=Path, help="record as JSON (a rerun with the same options resumes)")
+    parser.add_argument("--output", type=cli.output_file(), help="record as JSON (a rerun with the same options "
+                        "resumes)")
     parser.add_argument("--force", action="store_true", help="replace an --output recorded with other options")
-    parser.add_argument("--table", type=Path, help="print the tables of a recorded benchmark and exit")
-    parser.add_argument("--memory-child", nargs=3, metavar=("MODEL", "B", "CONTENDER"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser.add_argument("--table", type=cli.input_file("a record of this benchmark", _bench_record,
+                                                      "give a file its --output wrote"),
+                        help="print the tables of a recorded benchmark and exit")
+    parser.add_argument("--memory-child", nargs=3, metavar=("MODEL", "B", "CONTENDER"), type=cli.text(),
+                        help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None) -> None:
+    parser_ = parser()
+    args = parser_.parse_args(argv)
     if args.table:
-        print(tables(json.loads(args.table.read_text())))
+        print(tables(_bench_record(args.table)))
         return
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -302,7 +322,7 @@ def main(argv=None) -> None:
         name, B, contender = args.memory_child
         print(json.dumps(memory_child(name, int(B), contender, device)))
         return
-    run(args, parser, device)
+    run(args, parser_, device)
 
 
 def run(args, parser, device) -> None:
@@ -317,7 +337,7 @@ def run(args, parser, device) -> None:
     print(f"dpbook.repro.bench: torch {torch.__version__}, {device}, {args.threads} thread(s)")
     done = {(c["model"], c["B"]) for c in cells}
     for name in args.models:
-        for B in args.batch_sizes or SETTINGS[name].batch_sizes:
+        for B in SETTINGS[name].batch_sizes if args.batch_sizes is None else args.batch_sizes:
             if (name, B) in done:
                 continue
             start = time.perf_counter()

@@ -20,8 +20,10 @@ from __future__ import annotations
 __all__ = ["PROTOCOLS", "declared_grids", "Benchmark"]
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
+from dpbook import checks
 from dpbook.methods import METHODS, in_book_order
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment, load_task_data
@@ -88,43 +90,99 @@ class Benchmark:
              seeds: int | None = None, epochs: int | None = None) -> dict:
         """One cell of the benchmark table (see :func:`dpbook.repro.reproduce.cell`)."""
         return reproduce.cell(self.base(method, epsilon, protocol, epochs=epochs), self.grids[method],
-                              seeds or self.seeds, results_dir)
+                              self._seeds(seeds), results_dir)
 
     def planned_runs(self, method: str, epsilon: float, protocol: str, *, seeds: int | None = None,
                      epochs: int | None = None) -> list[Experiment]:
         """The cell's runs known before any result (a ValueError when it is unreachable)."""
         return reproduce.planned_runs(self.base(method, epsilon, protocol, epochs=epochs), self.grids[method],
-                                      seeds or self.seeds)
+                                      self._seeds(seeds))
+
+    def _seeds(self, seeds: int | None) -> int:
+        """``seeds`` (None: the benchmark's); 0 or a negative count is an error, never the default."""
+        return self.seeds if seeds is None else checks.integer("seeds", seeds)
 
     def run(self, *, jobs: int = 2, results_dir=results.RESULTS_DIR, methods: Sequence[str] | None = None,
             epsilons: Sequence[float] | None = None, seeds: int | None = None, epochs: int | None = None,
-            progress: bool | None = None, executor: str = "local", slurm=None) -> list[dict]:
+            progress: bool | None = None, executor: str = "local", slurm=None,
+            sweep_dir: str | Path | None = None) -> list[dict]:
         """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries.
 
-        ``seeds`` and ``epochs`` other than the defaults make a smaller benchmark (a notebook's smoke test);
-        ``executor`` and ``slurm`` say where the runs execute (:func:`dpbook.repro.sweep.run_all`).
+        ``methods``, ``epsilons``, ``seeds`` and ``epochs`` other than the defaults (None) make a smaller benchmark
+        (a notebook's smoke test); ``executor`` and ``slurm`` say where the runs execute
+        (:func:`dpbook.repro.sweep.run_all`). Both phases share one manifest in ``sweep_dir`` (default: a new
+        folder under ``<results_dir>/.sweeps``), which records this plan: ``resume`` runs it again, phase 2 included.
         """
-        methods = list(methods or self.methods)
+        plan = self.plan(methods=methods, epsilons=epsilons, seeds=seeds, epochs=epochs)
+        checks.integer("jobs", jobs)
+        load_task_data(self.base(plan["methods"][0], plan["epsilons"][0], "none"))  # a missing dataset says so here
+        phase1, unreachable = self.phase1(**plan)
+        where = dict(jobs=jobs, executor=executor, slurm=slurm, results_dir=results_dir, progress=progress,
+                     plan={"benchmark": self.study, **plan}, device="cpu" if executor == "local" else "auto")
+        first = run_all(phase1, sweep_dir=sweep_dir, **where)
+        first["unreachable"] = unreachable
+        if "manifest" in first:  # phase 2 joins phase 1's manifest
+            sweep_dir = Path(first["manifest"]).parent
+        second = run_all(self.phase2(results_dir, **plan)[0], sweep_dir=sweep_dir, **where)
+        return [first, second]
+
+    def plan(self, *, methods: Sequence[str] | None = None, epsilons: Sequence[float] | None = None,
+             seeds: int | None = None, epochs: int | None = None) -> dict:
+        """The methods, budgets, seeds and epochs of a sweep, checked, None meaning the benchmark's own.
+
+        >>> from dpbook.repro.digits_benchmark import BENCHMARK
+        >>> BENCHMARK.plan(methods=["dpsgd"], seeds=2)
+        {'methods': ['dpsgd'], 'epsilons': [1.0, 2.0, 4.0, 8.0], 'seeds': 2, 'epochs': None}
+        >>> BENCHMARK.plan(seeds=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: seeds must be an integer >= 1, got 0
+        """
+        methods = list(self.methods if methods is None else methods)
+        epsilons = [float(e) for e in (self.epsilons if epsilons is None else epsilons)]
         check_known("method(s)", methods, self.methods)
-        load_task_data(self.base(methods[0], self.epsilons[0], "none"))  # a missing dataset says so once, here
-        cells = [(m, e, p) for m in methods for e in (epsilons or self.epsilons) for p in PROTOCOLS]
-        phase1, unreachable = [], []
-        for m, e, p in cells:
+        for name, values in (("methods", methods), ("epsilons", epsilons)):
+            if not values:
+                raise ValueError(f"{name} is empty: give at least one, or None for the benchmark's")
+        for epsilon in epsilons:
+            checks.positive("epsilon", epsilon)
+        self._seeds(seeds)
+        if epochs is not None:
+            checks.integer("epochs", epochs)
+        return {"methods": methods, "epsilons": epsilons, "seeds": seeds, "epochs": epochs}
+
+    def phase1(self, *, methods, epsilons, seeds, epochs) -> tuple[list[Experiment], list[str]]:
+        """Every run of the :meth:`plan`'s grids and searches, and the cells that cannot run, with why."""
+        runs, unreachable = [], []
+        for m, e, p in ((m, e, p) for m in methods for e in epsilons for p in PROTOCOLS):
             try:
-                phase1 += self.planned_runs(m, e, p, seeds=seeds, epochs=epochs)
+                runs += self.planned_runs(m, e, p, seeds=seeds, epochs=epochs)
             except ValueError as err:
                 unreachable.append(f"{m} eps={e:g} {p}: {str(err).splitlines()[0][:160]}")
-        where = dict(jobs=jobs, executor=executor, slurm=slurm, results_dir=results_dir, progress=progress)
-        first = run_all(phase1, device="cpu" if executor == "local" else "auto", **where)
-        first["unreachable"] = unreachable
-        phase2 = [r for m, e, p in cells if p == "none" for r in self._reruns(m, e, results_dir, seeds, epochs)]
-        second = run_all(phase2, device="cpu" if executor == "local" else "auto", **where)
-        return [first, second]
+        return runs, unreachable
+
+    def phase2(self, results_dir, *, methods, epsilons, seeds, epochs) -> tuple[list[Experiment], list[str]]:
+        """The re-runs of the best points known from ``results_dir``, and the cells whose grid is not complete yet
+        (their re-runs are planned once it is)."""
+        runs, waiting = [], []
+        for m, e in ((m, e) for m in methods for e in epsilons):
+            found = self._reruns(m, e, results_dir, seeds, epochs)
+            runs += found
+            if not found and self._reachable(m, e, seeds, epochs):
+                waiting.append(f"{m} eps={e:g}")
+        return runs, waiting
+
+    def _reachable(self, method: str, epsilon: float, seeds: int | None, epochs: int | None) -> bool:
+        try:
+            self.planned_runs(method, epsilon, "none", seeds=seeds, epochs=epochs)
+            return True
+        except ValueError:
+            return False
 
     def _reruns(self, method: str, epsilon: float, results_dir, seeds: int | None,
                 epochs: int | None) -> list[Experiment]:
         try:
             return reproduce.reruns(self.base(method, epsilon, "none", epochs=epochs), self.grids[method],
-                                    seeds or self.seeds, results_dir)
+                                    self._seeds(seeds), results_dir)
         except ValueError:
             return []

@@ -37,9 +37,11 @@ Cells = Mapping[tuple[str, float, str], dict]
 
 def cells(benchmark: Benchmark, results_dir=results.RESULTS_DIR, *, methods: Sequence[str] | None = None,
           epsilons: Sequence[float] | None = None, seeds: int | None = None, epochs: int | None = None) -> dict:
-    """Every cell ``(method, epsilon, protocol) -> cell`` (see :func:`dpbook.repro.reproduce.cell`)."""
+    """Every cell ``(method, epsilon, protocol) -> cell`` (see :func:`dpbook.repro.reproduce.cell`); None means the
+    benchmark's own, and the rest is checked first (:meth:`~dpbook.repro.benchmark.Benchmark.plan`)."""
+    plan = benchmark.plan(methods=methods, epsilons=epsilons, seeds=seeds, epochs=epochs)
     return {(m, e, p): benchmark.cell(m, e, p, results_dir, seeds=seeds, epochs=epochs)
-            for m in (methods or benchmark.methods) for e in (epsilons or benchmark.epsilons) for p in PROTOCOLS}
+            for m in plan["methods"] for e in plan["epsilons"] for p in PROTOCOLS}
 
 
 def status_line(the_cells: Cells) -> str:
@@ -249,9 +251,10 @@ def identical_counts(the_cells: Cells, group: Sequence[str], epsilons: Sequence[
                      seeds: int) -> dict[float, int]:
     """epsilon -> in how many of the seeds the methods of ``group`` give exactly the same test accuracy under
     "none" (DP-SGD, Auto-S, PSAC and PSASC coincide under Adam when every example is clipped); only the epsilons
-    where every method of the group has all its seeds."""
+    where every method of the group has all its seeds; none with fewer than two methods (one method agrees with
+    itself)."""
     counts = {}
-    for e in epsilons:
+    for e in epsilons if len(group) > 1 else []:
         per_method = [the_cells[(m, e, "none")]["values"] for m in group]
         if all(len(v) == seeds for v in per_method):
             counts[e] = sum(len({round(v[i], 9) for v in per_method}) == 1 for i in range(seeds))
@@ -260,7 +263,14 @@ def identical_counts(the_cells: Cells, group: Sequence[str], epsilons: Sequence[
 
 def identical_table(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> str:
     """:func:`identical_counts` as a Markdown table: a row per epsilon, the seeds in which the methods of ``group``
-    give identical test accuracy."""
+    give identical test accuracy (a sentence saying so when ``group`` has fewer than two methods).
+
+    >>> identical_table({}, ["dpsgd"], [1.0], 5)
+    'The comparison needs two methods or more; this run has DP-SGD only.'
+    """
+    if len(group) < 2:
+        has = f"{', '.join(method_label(m) for m in group)} only" if group else "none of them"
+        return f"The comparison needs two methods or more; this run has {has}."
     rows = [{"eps": f"{e:g}", "identical": f"{equal} of {seeds}"}
             for e, equal in identical_counts(the_cells, group, epsilons, seeds).items()]
     names = ", ".join(method_label(m) for m in group)

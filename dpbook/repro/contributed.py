@@ -33,7 +33,7 @@ from __future__ import annotations
 __all__ = [
     "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "Verdict", "result_files",
     "schema_problems", "provenance_problems", "nonprivate_problems", "smoke_problems", "place_problems",
-    "privacy_problems", "chapter_for", "cell_of", "check_file", "check", "main"
+    "privacy_problems", "chapter_for", "cell_of", "check_file", "check", "parser", "main"
 ]
 
 import argparse
@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from dpbook import accounting
+from dpbook import accounting, cli
 from dpbook.repro import papers, params, reproduce, results
 from dpbook.repro.experiment import SPENT_TOLERANCE, Experiment, charged_epsilon, plan_of
 from dpbook.repro.papers.chapter import Chapter
@@ -318,24 +318,29 @@ def check(paths: Sequence[str | Path], parameters: Mapping[str, Any] | None = No
     return {path: check_file(path, parameters) for path in result_files(paths)}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dpbook.repro.contributed check PATH... [-p NAME VALUE]...``: one line per problem, exit 1 if any."""
+def parser() -> argparse.ArgumentParser:
+    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.contributed", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     check_command = commands.add_parser("check", help="check contributed result files before a chapter renders them")
-    check_command.add_argument("paths", nargs="+", help="result files, or folders of them (e.g. data/results/psasc)")
-    check_command.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+    check_command.add_argument("paths", nargs="+", type=cli.input_file("a result file or a folder of them",
+                                                                       folders=True),
+                               help="result files, or folders of them (e.g. data/results/psasc)")
+    check_command.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), type=cli.text(),
                                help="a parameter of the chapter you ran, as papermill's -p (e.g. -p stand_ins True)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dpbook.repro.contributed check PATH... [-p NAME VALUE]...``: one line per problem, exit 1 if any."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
     parameters = {name: params.text_value(name, value) for name, value in args.p}
     unknown = params.unknown_parameters(parameters, sorted({name for cls in papers.chapters().values()
                                                             for name in params.field_names(cls)}))
     if unknown:
-        parser.error(f"{unknown} of every reproduction chapter; -p takes the parameters you ran the chapter with")
-    try:
-        verdicts = check(args.paths, parameters)
-    except FileNotFoundError as err:
-        parser.error(str(err))
+        parser_.error(f"{unknown} of every reproduction chapter; -p takes the parameters you ran the chapter with")
+    verdicts = check(args.paths, parameters)
     if not verdicts:
         print(f"no result files (*.json) under {', '.join(args.paths)}")
         return 1

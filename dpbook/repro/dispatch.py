@@ -37,23 +37,23 @@ import signal
 import subprocess
 import sys
 import time
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import submitit
 
-from dpbook import checks, io, train
+from dpbook import checks, cli, io, train
 from dpbook.repro import results
 from dpbook.repro.experiment import Experiment
 
 EXECUTORS = ("local", "debug", "slurm")
 
 
-def _option(default, help_text: str):
-    """A field of :class:`SlurmOptions` with the help text of its command-line flag."""
-    return dataclasses.field(default=default, metadata={"help": help_text})
+def _option(default, help_text: str, domain: cli.Domain):
+    """A field of :class:`SlurmOptions` with the help text and the domain of its command-line flag (the file's
+    value is checked by the same domain)."""
+    return dataclasses.field(default=default, metadata={"help": help_text, "domain": domain})
 
 
 @dataclass(frozen=True)
@@ -67,36 +67,31 @@ class SlurmOptions:
     'gpu'
     """
 
-    partition: str | None = _option(None, "SLURM partition")
-    account: str | None = _option(None, "SLURM account")
-    qos: str | None = _option(None, "SLURM QOS")
-    gpus: int = _option(0, "GPUs per array task")
-    cpus: int = _option(1, "CPUs per array task")
-    mem_gb: float | None = _option(None, "memory per array task, GB")
-    time_min: int = _option(60, "time limit per array task, minutes")
-    array_parallelism: int = _option(32, "array tasks running at once")
-    runs_per_job: int = _option(1, "runs one array task trains in turn")
+    partition: str | None = _option(None, "SLURM partition", cli.text())
+    account: str | None = _option(None, "SLURM account", cli.text())
+    qos: str | None = _option(None, "SLURM QOS", cli.text())
+    gpus: int = _option(0, "GPUs per array task", cli.integer(0))
+    cpus: int = _option(1, "CPUs per array task", cli.integer(1))
+    mem_gb: float | None = _option(None, "memory per array task, GB", cli.number(above=0))
+    time_min: int = _option(60, "time limit per array task, minutes", cli.integer(1))
+    array_parallelism: int = _option(32, "array tasks running at once", cli.integer(1))
+    runs_per_job: int = _option(1, "runs one array task trains in turn", cli.integer(1))
     extra: dict = dataclasses.field(default_factory=dict)  # the file only: any other #SBATCH option
 
     @classmethod
-    def flags(cls) -> dict[str, tuple[type, str]]:
-        """The options a command line sets, ``{name: (type, help)}`` (every field but ``extra``).
+    def flags(cls) -> dict[str, tuple[cli.Domain, str]]:
+        """The options a command line sets, ``{name: (domain, help)}`` (every field but ``extra``).
 
-        >>> SlurmOptions.flags()["time_min"]
-        (<class 'int'>, 'time limit per array task, minutes')
+        >>> domain, text = SlurmOptions.flags()["time_min"]
+        >>> domain.what, text
+        ('an integer >= 1', 'time limit per array task, minutes')
         """
-        hints = typing.get_type_hints(cls)
-        return {f.name: (next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None)),
-                         f.metadata["help"]) for f in dataclasses.fields(cls) if "help" in f.metadata}
+        return {f.name: (f.metadata["domain"], f.metadata["help"]) for f in dataclasses.fields(cls)
+                if "domain" in f.metadata}
 
     def __post_init__(self):
-        checks.integer("gpus", self.gpus, minimum=0)
-        checks.integer("cpus", self.cpus)
-        checks.integer("time_min (minutes)", self.time_min)
-        checks.integer("array_parallelism", self.array_parallelism)
-        checks.integer("runs_per_job", self.runs_per_job)
-        if self.mem_gb is not None:
-            checks.positive("mem_gb", self.mem_gb)
+        for name, (domain, _) in self.flags().items():
+            domain.check(name, getattr(self, name))
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides) -> "SlurmOptions":
@@ -107,7 +102,11 @@ class SlurmOptions:
         except ModuleNotFoundError:  # Python 3.10
             import tomli as tomllib
         with open(path, "rb") as f:
-            table = tomllib.load(f)
+            try:
+                table = tomllib.load(f)
+            except tomllib.TOMLDecodeError as err:
+                raise ValueError(f"{path} is not valid TOML ({err}): fix the file (dpbook.repro.dispatch shows one)") \
+                    from None
         table = table.get("slurm", table)
         valid = [f.name for f in dataclasses.fields(cls)]
         wrong = [k for k in table if k not in valid]
@@ -278,9 +277,11 @@ def sweep_folder(root: str | Path) -> Path:
 class Manifest:
     """What a sweep submitted, in ``<folder>/manifest.json``: the executor, its options, and per entry its key,
     output (a run's result file, or an executed notebook), what it executes (the run's experiment fields, or the
-    papermill command), job id and log files. ``kind`` is "runs" or "notebooks". A convenience for ``status`` and
-    ``resume``; the outputs stay the truth: a run is done when its result file is recorded, a notebook when
-    papermill executed it without an exception."""
+    papermill command), job id and log files. ``kind`` is "runs" or "notebooks". A benchmark's sweep also records its
+    ``plan`` (:meth:`dpbook.repro.benchmark.Benchmark.plan`, with the benchmark's study): its second phase, the
+    re-runs of the best points, is known only from the first phase's results, so ``status`` and ``resume`` plan it
+    again from the plan. A convenience for ``status`` and ``resume``; the outputs stay the truth: a run is done when
+    its result file is recorded, a notebook when papermill executed it without an exception."""
 
     path: Path
     kind: str
@@ -289,15 +290,18 @@ class Manifest:
     run_kwargs: dict
     slurm: dict | None
     entries: list[dict]
+    plan: dict | None = None
 
     @classmethod
     def new(cls, folder: Path, executor: str, results_dir, run_kwargs: dict, slurm: SlurmOptions | None,
-            todo: Iterable[Experiment]) -> "Manifest":
-        """The manifest of the runs ``todo`` (every run the sweep plans)."""
+            todo: Iterable[Experiment], plan: dict | None = None) -> "Manifest":
+        """The manifest of the runs ``todo`` (every run the sweep plans), and the benchmark ``plan`` they come from."""
         entries = [{"key": exp.key(), "result": str(exp.path(results_dir)), "experiment": dataclasses.asdict(exp)}
                    for exp in todo]
         kwargs = json.loads(json.dumps({k: v for k, v in run_kwargs.items() if k != "results_dir"}, default=str))
-        return cls._create(folder, "runs", executor, results_dir, kwargs, slurm, entries)  # paths, devices as text
+        manifest = cls._create(folder, "runs", executor, results_dir, kwargs, slurm, entries)  # paths, devices as text
+        manifest.plan = plan
+        return manifest
 
     @classmethod
     def new_notebooks(cls, folder: Path, executor: str, output_dir, slurm: SlurmOptions | None,
@@ -308,11 +312,14 @@ class Manifest:
 
     @classmethod
     def _create(cls, folder, kind, executor, results_dir, run_kwargs, slurm, entries) -> "Manifest":
-        """In a folder that holds a manifest already (``resume``), each entry keeps the job it had."""
+        """In a folder that holds a manifest already (``resume``, a benchmark's second phase), each entry keeps the
+        job it had, and the entries not planned again are kept (one sweep, one manifest)."""
         path = Path(folder) / "manifest.json"
         before = {e["key"]: e for e in cls.read(path).entries} if path.exists() else {}
         for entry in entries:
             entry.update({f: before.get(entry["key"], {}).get(f) for f in ("job", "stdout", "stderr")})
+        planned = {entry["key"] for entry in entries}
+        entries = [e for key, e in before.items() if key not in planned] + entries
         return cls(path, kind, executor, str(results_dir), run_kwargs,
                    None if slurm is None else dataclasses.asdict(slurm), entries)
 
@@ -324,7 +331,7 @@ class Manifest:
         try:
             data = json.loads(path.read_text())
             return cls(path=path, **{k: data[k] for k in ("kind", "executor", "results_dir", "run_kwargs", "slurm",
-                                                             "entries")})
+                                                             "entries")}, plan=data.get("plan"))
         except FileNotFoundError:
             raise FileNotFoundError(f"no sweep manifest at {path}: give the manifest.json a sweep printed") from None
         except (ValueError, KeyError) as err:

@@ -32,9 +32,9 @@ shows it.
 from __future__ import annotations
 
 __all__ = [
-    "check_device",
     "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "record_path", "combination", "return_freed_memory",
-    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "stale_parameters", "status", "main"
+    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "stale_parameters", "status",
+    "parser", "main"
 ]
 
 import argparse
@@ -50,11 +50,11 @@ from typing import Hashable
 
 import torch
 
-from dpbook import checks, io
+from dpbook import cli, io
 from dpbook.repro import bench, papers, results
 from dpbook.repro.experiment import Experiment, Prepared, prepare
 from dpbook.repro.papers.chapter import Chapter
-from dpbook.repro.params import assignments, field_names, positive_integer, unknown_parameters
+from dpbook.repro.params import assignments, field_names, unknown_parameters
 from dpbook.tasks import TASKS
 
 DRY_RUN_DIR = results.RESULTS_DIR / "dry_run" / "analysis"
@@ -380,31 +380,12 @@ def reproduction(study: str, **parameters) -> Chapter:
     return papers.chapters()[study].every_table(**parameters)
 
 
-def check_device(device: str) -> torch.device:
-    """``device`` as a torch device; a ValueError saying what to do when it is CUDA and none is available.
-
-    >>> check_device("cpu").type
-    'cpu'
-    """
-    try:
-        device = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"--device {device!r} is not a torch device ({err}): use cuda, cuda:0 or cpu") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is asked for, and torch.cuda.is_available() is False here (torch "
-                         f"{torch.__version__}, CUDA build {torch.version.cuda}): run it on a machine with an NVIDIA "
-                         "GPU and a CUDA build of torch (--device cpu runs the same path on the CPU, for tests)")
-    return device
-
-
 def _checked_chapters(parser: argparse.ArgumentParser, args) -> dict[str, Chapter]:
     """Every asked chapter, built with the command line's device and ``--set`` parameters; a bad chapter name,
     parameter or device exits 2 with the fix, before any work."""
     chapters = {}
-    for study in args.studies or papers.chapters():
+    for study in args.studies:
         try:
-            checks.one_of("chapter", study, papers.chapters())
-            check_device(args.device)
             set_ = assignments(args.set, lists=False)
             if unknown := unknown_parameters(set_, field_names(papers.chapters()[study])):
                 raise ValueError(f"--set: {unknown} of the {study} chapter")
@@ -414,21 +395,30 @@ def _checked_chapters(parser: argparse.ArgumentParser, args) -> dict[str, Chapte
     return chapters
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.dry_run", description=__doc__.split("\n")[0])
-    parser.add_argument("studies", nargs="*", help=f"chapters, any of {', '.join(papers.chapters())} (default: all)")
-    parser.add_argument("--steps", type=positive_integer, default=2,
+    parser.add_argument("studies", nargs="*", type=cli.choice(papers.chapters(), "chapter"),
+                        default=list(papers.chapters()),
+                        help=f"chapters, any of {', '.join(papers.chapters())} (default: all)")
+    parser.add_argument("--steps", type=cli.integer(1, "measured steps per combination"), default=2,
                         help="measured steps per combination (after a warm-up)")
-    parser.add_argument("--device", default="cpu", help='"cpu", "cuda", ... (the record is <study>_<device>.json)')
+    parser.add_argument("--device", type=cli.device(), default="cpu",
+                        help='"cpu", "cuda", ... (the record is <study>_<device>.json)')
     parser.add_argument("--sample", action="store_true", help="only the first cell of every (dataset, model, "
                         "method)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a chapter parameter (e.g. batch_size=16)")
-    parser.add_argument("--output-dir", type=Path, default=DRY_RUN_DIR)
+                        type=cli.assignment("e.g. batch_size=16"), help="a chapter parameter (e.g. batch_size=16)")
+    parser.add_argument("--output-dir", type=cli.folder("the folder of the dry-run records"), default=DRY_RUN_DIR)
     parser.add_argument("--force", action="store_true", help="replace a record made with other parameters")
     parser.add_argument("--table", action="store_true", help="print the cost tables of the records and exit")
-    args = parser.parse_args(argv)
-    chapters = _checked_chapters(parser, args)
+    return parser
+
+
+def main(argv=None) -> None:
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    chapters = _checked_chapters(parser_, args)
     return_freed_memory()
     for study, chapter in chapters.items():
         if not args.table:
@@ -437,7 +427,7 @@ def main(argv=None) -> None:
                 record = dry_run(chapter, steps=args.steps, cells=sample(chapter) if args.sample else None,
                                  output=record_path(study, args.device, args.output_dir), force=args.force)
             except ValueError as err:  # a record made with other parameters
-                parser.error(f"{err} (--force replaces it)")
+                parser_.error(f"{err} (--force replaces it)")
             failed = sum("error" in c for c in record["cells"].values())
             print(f"{study}: {len(record['cells'])} cell(s), {failed} failed to build, "
                   f"{len(record['combinations'])} combination(s) measured, {time.perf_counter() - started:.0f} s")

@@ -17,7 +17,7 @@ Without CUDA it stops with a message. ``--device cpu`` (with small ``--steps``, 
 
 from __future__ import annotations
 
-__all__ = ["CELLS", "cells_of", "main"]
+__all__ = ["CELLS", "cells_of", "parser", "main"]
 
 import argparse
 import json
@@ -28,10 +28,9 @@ from pathlib import Path
 
 import torch
 
-from dpbook import io
+from dpbook import cli, io
 from dpbook.repro import bench, dry_run, results
 from dpbook.repro.papers.chapter import Chapter
-from dpbook.repro.params import positive_integer
 
 CELLS = {
     "dcsgd": ("IV", "resnet18_gn", "cifar10", 4.0, "dcsgd-e"),
@@ -58,24 +57,28 @@ def _bench(args, device: torch.device) -> dict:
         return json.loads(output.read_text())
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.gpu_check", description=__doc__.split("\n")[0])
-    parser.add_argument("--output", type=Path, required=True, help="the record (JSON), e.g. "
-                        "data/results/gpu_check/analysis/h200.json")
-    parser.add_argument("--device", default="cuda", help='"cuda" (default); "cpu" only for tests')
-    parser.add_argument("--steps", type=positive_integer, default=200,
+    parser.add_argument("--output", type=cli.output_file("the record"), required=True, help="the record (JSON), "
+                        "e.g. data/results/gpu_check/analysis/h200.json")
+    parser.add_argument("--device", type=cli.device(), default="cuda", help='"cuda" (default); "cpu" only for tests')
+    parser.add_argument("--steps", type=cli.integer(1, "measured steps of each cell"), default=200,
                         help="measured steps of each cell (after a warm-up)")
     parser.add_argument("--bench-models", nargs="+", default=["mnist_cnn", "resnet18_gn"],
-                        choices=list(bench.SETTINGS))
-    parser.add_argument("--bench-batch", type=positive_integer, default=256, help="the benchmark's B")
-    parser.add_argument("--batch-size", type=positive_integer, help="the cells' B instead of the papers' (tests only)")
+                        type=cli.choice(bench.SETTINGS, "benchmark model"))
+    parser.add_argument("--bench-batch", type=cli.integer(1, "the benchmark's B"), default=256,
+                        help="the benchmark's B")
+    parser.add_argument("--batch-size", type=cli.integer(1, "the cells' B"),
+                        help="the cells' B instead of the papers' (tests only)")
     parser.add_argument("--skip-memory", action="store_true", help="the benchmark without its peak memory (tests "
                         "only: it measures each contender in a child process)")
-    args = parser.parse_args(argv)
-    try:
-        device = dry_run.check_device(args.device)
-    except ValueError as err:
-        parser.error(str(err))
+    return parser
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
+    device = torch.device(args.device)
     started = time.perf_counter()
     override = {} if args.batch_size is None else {"batch_size": args.batch_size}
     record = {"study": "gpu_check", "parameters": {k: (str(v) if isinstance(v, Path) else v)

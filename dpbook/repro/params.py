@@ -18,11 +18,10 @@ from __future__ import annotations
 
 __all__ = [
     "CHECK_CELL", "python_literal", "parts", "text_value", "assignments", "listing", "mapping", "per_dataset",
-    "check_known", "clean_float", "positive_integer", "field_names", "from_notebook",
-    "record_cells", "notebook_parameters", "unknown_parameters", "parameters_cell", "infer_type", "convert"
+    "check_known", "clean_float", "field_names", "from_notebook",
+    "record_cells", "notebook_parameters", "checked", "unknown_parameters", "parameters_cell", "infer_type", "convert"
 ]
 
-import argparse
 import ast
 import builtins
 import dataclasses
@@ -33,6 +32,7 @@ from typing import Any, Callable, Collection, Iterable
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from dpbook.checks import did_you_mean
+from dpbook.cli import domain_of, plain
 
 #: The cell every notebook runs right after its ``parameters`` cell (and papermill's injected one); it stays out of
 #: the rendered book (tag ``remove-cell``). ``tools/stamp_cells.py`` writes it, ``tests/test_colab.py`` checks it.
@@ -202,23 +202,6 @@ def check_known(kind: str, names: Iterable, valid: Collection) -> None:
         raise ValueError(f"unknown {kind} {wrong}{hint}; valid: {list(valid)}")
 
 
-def positive_integer(text: str) -> int:
-    """A command line's count (steps, a batch size) read at the door: argparse's ``type=`` for it, so that ``0`` or
-    ``2.5`` exits 2 with the option's name before any work.
-
-    >>> positive_integer("3")
-    3
-    >>> positive_integer("0")
-    Traceback (most recent call last):
-        ...
-    argparse.ArgumentTypeError: must be an integer >= 1, got '0'
-    """
-    value = int(text) if text.strip().lstrip("-").isdigit() else None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
 def clean_float(x: Any) -> float:
     """A grid value as a clean float (6 significant digits): a result file's key hashes the value, so ``0.1 * 3``
     and ``0.3`` must be the same run.
@@ -313,12 +296,30 @@ def notebook_parameters(namespace: dict, cells: list[str] | None = None) -> dict
     if unknown:
         raise ValueError(f"{unknown}; this notebook's parameters: {list(declared)}")
     for name, default in declared.items():
-        target = annotations.get(name, infer_type(default))
-        namespace[name] = convert(name, namespace.get(name, default), target)
+        namespace[name] = checked(name, namespace.get(name, default), default, annotations.get(name))
     if given:
         print("parameters given to this run, as it reads them: "
               + ", ".join(f"{name} = {namespace[name]!r}" for name in given))
     return {name: namespace[name] for name in given}
+
+
+def checked(name: str, value: Any, default: Any, annotation: Any = None) -> Any:
+    """``value`` given to the parameter ``name`` as the parameters cell declares it: converted to the annotation's
+    type (else its default's, :func:`infer_type`), and checked against the range the annotation carries (``epochs:
+    Count = 8``, ``seeds: list[Seed] = [0, 1]``: :mod:`dpbook.cli`'s ranges), each element of a list or a dict; a
+    ValueError names the parameter.
+
+    >>> from dpbook.cli import Count, Seed
+    >>> checked("epochs", "3", 8, Count), checked("seeds", "0, 1", [0], list[Seed]), checked("lr", 1, 0.1)
+    (3, [0, 1], 1.0)
+    >>> checked("epochs", -3, 8, Count)
+    Traceback (most recent call last):
+    ...
+    ValueError: epochs must be an integer >= 1, got -3
+    """
+    value = convert(name, value, infer_type(default) if annotation is None else annotation)
+    domain = domain_of(annotation)
+    return value if domain is None else domain.check(name, value)
 
 
 def unknown_parameters(given, declared) -> str:
@@ -335,28 +336,34 @@ def unknown_parameters(given, declared) -> str:
 
 
 def parameters_cell(source: str) -> tuple[dict, dict]:
-    """The parameters a cell of assignments defines, with their values, and the annotations it gives them.
+    """The parameters a cell of assignments defines, with their values, and the annotations it gives them (a type,
+    or a range of :mod:`dpbook.cli`, which the cell imports from there: :func:`checked`).
 
-    >>> parameters_cell("a = 1  # the first\\nb: list[str] | None = None\\nc, d = 2.0, [a]")
-    ({'a': 1, 'b': None, 'c': 2.0, 'd': [1]}, {'b': list[str] | None})
+    >>> cell = ("from dpbook.cli import Count\\n\\na = 1  # the first\\nb: list[str] | None = None\\n"
+    ...         "c, d = 2.0, [a]\\ne: Count = 3")
+    >>> values, annotations = parameters_cell(cell)
+    >>> values, annotations["b"], annotations["e"].__metadata__[0].what
+    ({'a': 1, 'b': None, 'c': 2.0, 'd': [1], 'e': 3}, list[str] | None, 'an integer >= 1')
     """
     try:
         tree = ast.parse(source)
     except SyntaxError as err:
         raise RuntimeError(f"the cell before the parameter check is not the parameters cell ({err})") from None
-    names, annotations = [], {}
+    names = []
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.append(node.target.id)
-            annotations[node.target.id] = eval(ast.unparse(node.annotation), _TYPE_NAMES)  # noqa: S307 (own cell)
         elif isinstance(node, ast.Assign):
             names += [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
-            raise RuntimeError("the cell before the parameter check must be the parameters cell (assignments only), "
-                               f"not one with {ast.unparse(node)[:60]!r}: run the notebook's cells in order")
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  or isinstance(node, ast.ImportFrom) and node.module == "dpbook.cli"):
+            raise RuntimeError("the cell before the parameter check must be the parameters cell (assignments, and "
+                               f"the ranges it imports from dpbook.cli), not one with {ast.unparse(node)[:60]!r}: run "
+                               "the notebook's cells in order")
     values: dict = {}
-    exec(compile(tree, "<parameters>", "exec"), {"__builtins__": builtins}, values)  # noqa: S102 (own cell)
-    return {name: values[name] for name in dict.fromkeys(names)}, annotations
+    code = compile(tree, "<parameters>", "exec", dont_inherit=True)  # annotations evaluated, as in the notebook
+    exec(code, {"__builtins__": builtins, **_TYPE_NAMES}, values)  # noqa: S102 (own cell)
+    return {name: values[name] for name in dict.fromkeys(names)}, dict(values.get("__annotations__", {}))
 
 
 _TYPE_NAMES = {"Any": Any, "Optional": typing.Optional, "Union": typing.Union, "Literal": typing.Literal}
@@ -451,6 +458,7 @@ def _is_class(target: Any) -> bool:
 
 
 def _type_name(target: Any) -> str:
+    target = plain(target)
     return target.__name__ if _is_class(target) else repr(target).replace("typing.", "")
 
 

@@ -324,8 +324,8 @@ def train_until_done(wanted: Callable[[], Iterable[Experiment]], results_dir=res
             break
     errors = {}
     for path, error in failed.items():
-        errors.setdefault("\n".join(error.strip().splitlines()[-4:]), []).append(Path(path).name)
+        errors.setdefault(error.strip(), []).append(Path(path).name)
     for error, names in errors.items():
-        print(f"FAILED ({len(names)} run(s), e.g. {names[0]}):\n{error}\n")
+        print(f"FAILED ({len(names)} run(s), e.g. {names[0]}): {error}")
     print(f"run mode: {rounds} round(s); {len(failed)} run(s) failed")
     return {"rounds": rounds, "failed": failed}

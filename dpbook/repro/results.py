@@ -369,7 +369,7 @@ def difference(a: Sequence[float], b: Sequence[float], *, z: float = 2.0) -> dic
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
                    headers: Sequence[str] | None = None) -> str:
     """A Markdown table of ``rows`` (dicts) restricted to ``columns`` (for ``IPython.display.Markdown``)."""
-    headers = list(headers or columns)
+    headers = list(columns if headers is None else headers)
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(_cell_text(row.get(c, "")) for c in columns) + " |")

@@ -26,9 +26,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Hashable, Iterable, Mapping, Sequence
 
+from dpbook import cli
+from dpbook.data import DatasetNotFoundError
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item, coverage_table
-from dpbook.repro.experiment import Experiment
+from dpbook.repro.experiment import Experiment, load_task_data
 from dpbook.repro.plotting import method_label
 from dpbook.repro.sources import Source, sources_table
 
@@ -68,6 +70,9 @@ class Chapter(abc.ABC):
     SELECTION: ClassVar[tuple[str, ...]] = ()
     #: Every table and figure of the paper, and what the book does with it (:mod:`dpbook.repro.coverage`).
     COVERAGE: ClassVar[Mapping[str, Item]] = {}
+    #: The range of each numeric parameter (:mod:`dpbook.cli`), checked before anything runs; a chapter's own
+    #: extend the base's (:meth:`domains`). Names are checked against the chapter's lists in ``__post_init__``.
+    DOMAINS: ClassVar[Mapping[str, cli.Domain]] = {"jobs": cli.integer(1, "runs at once")}
 
     device: str = "auto"
     stand_ins: bool = False
@@ -78,6 +83,8 @@ class Chapter(abc.ABC):
     jobs: int = 1
 
     def __post_init__(self):
+        for name, domain in self.domains().items():
+            domain.check(name, getattr(self, name))
         self.results = results.repo_path(self.results_dir)
         self.data = results.repo_path(self.data_root)
         self._summaries: dict[Hashable, dict] = {}
@@ -90,6 +97,11 @@ class Chapter(abc.ABC):
         """Every parameter's default value."""
         return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
                 for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def domains(cls) -> dict[str, cli.Domain]:
+        """Every numeric parameter's domain: the base's :attr:`DOMAINS` and the chapter's."""
+        return {**Chapter.DOMAINS, **cls.DOMAINS}
 
     @classmethod
     def sources_table(cls) -> str:
@@ -211,11 +223,25 @@ class Chapter(abc.ABC):
     def run(self) -> list[tuple[str, str]]:
         """Train the selected cells (grids, searches, re-runs of their best points, what those unlock) and the
         figures' runs, round after round (:func:`dpbook.repro.reproduce.train_until_done`). Returns the failures as
-        (what, error): the runs that failed and the cells whose data is missing."""
+        (what, error): the runs that failed and the cells whose data is missing. A dataset that is not here stops
+        it before any run starts (:meth:`check_data`)."""
+        self.check_data()
         done = reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
                                           data_root=self.data, download=self.download)
         self._summaries.clear()
         return list(done["failed"].items()) + list(self.missing.items())
+
+    def check_data(self) -> None:
+        """Load once each dataset the selected runs train on: a missing one is a
+        :class:`~dpbook.data.DatasetNotFoundError` that says how to get it (and, for MNIST, that ``stand_ins`` trains
+        its cells on the MNIST-5k digits shipped offline), raised once, before any run starts."""
+        for run in {(r.dataset, r.smoke, r.train_size): r for r in self.wanted()}.values():
+            try:
+                load_task_data(run, root=self.data, download=self.download)
+            except DatasetNotFoundError as err:
+                hint = ("\nOr train the MNIST cells on MNIST-5k, 4,000 real digits that ship offline: -p stand_ins True"
+                        if run.dataset == "mnist" else "")
+                raise DatasetNotFoundError(f"{err}{hint}", dataset=err.dataset, root=err.root) from None
 
     # -- what the chapter shows ------------------------------------------------------------------------------------
 

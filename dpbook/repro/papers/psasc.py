@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from dpbook import checks
+from dpbook import checks, cli
 from dpbook.methods import METHODS
 from dpbook.methods.psac import MOMENTUM_AXES
 from dpbook.methods.registry import hyperparameter_names
@@ -97,6 +97,11 @@ class Reproduction(Chapter):
         "lr_scaling": Source(reading="PSASC-29"),
         "lr_grids": Source(reading="PSASC-29"),
         "momentum_grid": Source(reading="PSASC-15"),
+    }
+    DOMAINS: ClassVar[dict[str, cli.Domain]] = {
+        "seeds": cli.integer(1), "epochs": cli.integer(1), "batch_size": cli.integer(1),
+        "micro_batch_size": cli.integer(1), "s": cli.number(above=0, at_most=1), "lr_grid": cli.number(above=0),
+        "lr_grids": cli.number(above=0), "momentum_grid": cli.number(above=0),
     }
     SELECTION: ClassVar[tuple[str, ...]] = ("micro_batch_size", "cells", "curve_datasets")
     COVERAGE: ClassVar[dict[str, Item]] = {

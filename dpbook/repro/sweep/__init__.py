@@ -17,26 +17,24 @@ Two kinds of sweep share this module:
 Every run writes its own result file atomically, so a sweep that is interrupted (Ctrl-C, a Colab disconnect)
 loses at most the runs in flight, and those resume from their checkpoints when the same command is run again.
 Runs whose result file exists are skipped before anything starts. ``--jobs N`` runs N at once (processes, one
-CPU thread each by default); a failed run is reported and the sweep goes on.
+CPU thread each by default); a failed run is reported and the sweep goes on. The command line
+(``python -m dpbook.repro.sweep``, with ``status`` and ``resume``) is :mod:`dpbook.repro.sweep.__main__`.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "run_one", "run_all", "run_notebook_grid", "run_notebooks", "BENCHMARKS", "main",
+    "run_one", "run_all", "check_notebook_grid", "run_notebook_grid", "run_notebooks",
     "KERNEL_START_TIMEOUT_S"
 ]
 
-import argparse
 import concurrent.futures as cf
-import importlib
 import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -70,27 +68,29 @@ def _die_with_parent(parent: int | None = None) -> None:
 
 
 def run_one(exp: Experiment, kwargs: dict) -> tuple[str, float, str | None]:
-    """Train one run (skipped when recorded): ``(result path, seconds, None)``, or the error's traceback in place
-    of None. A run stopped on request (:class:`dpbook.train.Interrupted`, a preempted job) is not an error: it
-    propagates, and its checkpoint resumes it."""
+    """Train one run (skipped when recorded): ``(result path, seconds, None)``, or the error's first line (its type
+    and message) in place of None. A run stopped on request (:class:`dpbook.train.Interrupted`, a preempted job) is
+    not an error: it propagates, and its checkpoint resumes it."""
     started = time.perf_counter()
     try:
         run_experiment(exp, progress=False, **kwargs)
         return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), time.perf_counter() - started, None
     except train.Interrupted:
         raise
-    except Exception:  # a sweep reports a failed run and goes on
-        return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), 0.0, traceback.format_exc(limit=3)
+    except Exception as err:  # a sweep reports a failed run, in one line, and goes on
+        why = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+        return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), 0.0, why
 
 
 def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 1, progress: bool | None = None,
             executor: str = "local", slurm: dispatch.SlurmOptions | None = None,
-            sweep_dir: str | Path | None = None, **run_kwargs) -> dict:
+            sweep_dir: str | Path | None = None, plan: dict | None = None, **run_kwargs) -> dict:
     """Run every experiment whose result file does not exist yet; return counts, the failures and the manifest.
 
     ``executor`` (:data:`dpbook.repro.dispatch.EXECUTORS`): ``"local"`` runs ``jobs`` processes at once, each with
     ``threads`` torch threads; ``"debug"`` runs in this process; ``"slurm"`` submits one job array with the
-    ``slurm`` options. The manifest goes to ``sweep_dir`` (default ``<results_dir>/.sweeps/<UTC time>``).
+    ``slurm`` options. The manifest goes to ``sweep_dir`` (default ``<results_dir>/.sweeps/<UTC time>``), with the
+    benchmark ``plan`` the runs come from (:meth:`dpbook.repro.benchmark.Benchmark.run`).
     ``run_kwargs`` go to :func:`dpbook.repro.experiment.run_experiment` (``results_dir``, ``device``,
     ``data_root``, ...).
     """
@@ -103,7 +103,7 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     if not todo:
         return summary
     folder = Path(sweep_dir) if sweep_dir is not None else dispatch.sweep_folder(results_dir)
-    manifest = dispatch.Manifest.new(folder, executor, results_dir, run_kwargs, slurm, list(unique.values()))
+    manifest = dispatch.Manifest.new(folder, executor, results_dir, run_kwargs, slurm, list(unique.values()), plan)
     manifest.write()
     summary["manifest"] = str(manifest.path)
     bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="run", desc="sweep")
@@ -133,8 +133,7 @@ def _collect(outcomes, summary: dict, bar) -> None:
         if error is None:
             summary["done"] += 1
         else:
-            summary["failed"].append((path, error))
-            bar.write(f"FAILED {path}\n{error}")
+            summary["failed"].append((path, error))  # printed once, in the sweep's summary
         bar.update(1)
         bar.set_postfix(done=summary["done"], failed=len(summary["failed"]))
 
@@ -165,9 +164,10 @@ def _failed_cell(executed: Path, stderr: str) -> str:
     return lines[-1] if lines else "papermill failed without a message"
 
 
-def _check_notebook_grid(notebook: Path, points: list[dict]) -> None:
+def check_notebook_grid(notebook: Path, points: list[dict]) -> tuple[dict, dict]:
     """Refuse the whole sweep, before anything runs, when a grid point names a parameter the notebook does not
-    have or gives a value its parameter cannot take (the notebook's own parameter check would stop that run)."""
+    have or gives a value its parameter cannot take (the notebook's own parameter check would stop that run).
+    Returns the notebook's parameters with their defaults, and their annotations."""
     import nbformat
 
     cells = nbformat.read(notebook, as_version=4).cells
@@ -179,16 +179,16 @@ def _check_notebook_grid(notebook: Path, points: list[dict]) -> None:
     unknown = params.unknown_parameters(given, declared)
     problems = [unknown] if unknown else []
     for name in dict.fromkeys(n for n in given if n in declared):
-        target = annotations.get(name, params.infer_type(declared[name]))
         values = {repr(point[name]): point[name] for point in points if name in point}  # each value once
         for value in values.values():
             try:
-                params.convert(name, value, target)
+                params.checked(name, value, declared[name], annotations.get(name))
             except ValueError as err:
                 problems.append(str(err))
     if problems:
         raise ValueError(f"{notebook}: the sweep was not started:\n  " + "\n  ".join(problems)
                          + f"\n{notebook.name}'s parameters: {', '.join(declared)}")
+    return declared, annotations
 
 
 #: Seconds papermill waits for a notebook's kernel to start (papermill's default, 60 s, fails a grid point when
@@ -211,7 +211,7 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     checks.one_of("executor", executor, dispatch.EXECUTORS)
     notebook = Path(notebook)
     points = grid_product(**grid)
-    _check_notebook_grid(notebook, [{**fixed, **point} for point in points])
+    check_notebook_grid(notebook, [{**fixed, **point} for point in points])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -261,132 +261,3 @@ def run_notebooks(commands: Sequence[tuple[list[str], Path]], *, output_dir: str
                          lambda *outcome: _collect([outcome], summary, bar))
     bar.close()
     return summary
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Command line
-# ----------------------------------------------------------------------------------------------------------------
-
-#: The benchmarks ``python -m dpbook.repro.sweep NAME`` runs: name -> the module defining its ``BENCHMARK``.
-BENCHMARKS = {"digits": "dpbook.repro.digits_benchmark", "mnist5k": "dpbook.repro.mnist5k_benchmark"}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dpbook.repro.sweep", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, module in BENCHMARKS.items():
-        bench = sub.add_parser(name, help=f"the {name} benchmark of every method ({module})")
-        bench.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at once")
-        bench.add_argument("--results-dir", default=str(results.RESULTS_DIR))
-        bench.add_argument("--methods", default=None, help="comma-separated subset of the methods")
-        bench.add_argument("--epsilons", default=None, help="comma-separated subset of the budgets")
-        bench.add_argument("--seeds", type=int, default=None, help="seeds per cell (a smaller benchmark; default 5)")
-        bench.add_argument("--epochs", type=int, default=None,
-                           help="epochs per run (a smaller benchmark; default: the benchmark's)")
-        _executor_arguments(bench)
-    status = sub.add_parser("status", help="what a sweep's runs are doing: pending, running, done, failed")
-    status.add_argument("manifest", help="the manifest.json a sweep wrote (or its folder)")
-    resume = sub.add_parser("resume", help="submit again the runs (or notebook executions) of a sweep not done")
-    resume.add_argument("manifest", help="the manifest.json a sweep wrote (or its folder)")
-    resume.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at once (local)")
-    nb = sub.add_parser("notebook", help="papermill executions of a notebook over a parameter grid")
-    nb.add_argument("notebook")
-    nb.add_argument("--grid", action="append", default=[], help="name=v1,v2,... (repeatable)")
-    nb.add_argument("--set", action="append", default=[], help="name=value, the same for every run (repeatable)")
-    nb.add_argument("--jobs", type=int, default=1)
-    nb.add_argument("--output-dir", default="data/results/executed")
-    _executor_arguments(nb)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "status":
-            return _print_status(dispatch.Manifest.read(args.manifest))
-        summaries = _run(args)
-    except (ValueError, FileNotFoundError) as err:  # a grid, a name, a value or a file refused before anything ran
-        print(f"python -m dpbook.repro.sweep: {err}", file=sys.stderr)
-        return 2
-
-    for line in _summary_lines(summaries):
-        print(line)
-    return 1 if any(s["failed"] for s in summaries) else 0
-
-
-def _summary_lines(summaries: list[dict]) -> list[str]:
-    """The end of a sweep: per phase, what was planned, done, skipped (already recorded) and failed, with why.
-
-    >>> _summary_lines([{"planned": 3, "skipped": 1, "done": 1, "failed": [("a.json", "ValueError: x")]}])
-    ['planned 3: done 1, skipped 1 (already recorded), failed 1', '  FAILED a.json: ValueError: x']
-    """
-    lines = []
-    for s in summaries:
-        skipped = f", skipped {s['skipped']} (already recorded)" if "skipped" in s else ""
-        lines.append(f"planned {s['planned']}: done {s['done']}{skipped}, failed {len(s['failed'])}")
-        lines += [f"  FAILED {where}: {why}" for where, why in s["failed"]]
-        lines += [f"  unreachable {why}" for why in s.get("unreachable", [])]
-    return lines
-
-
-def _executor_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--executor", choices=dispatch.EXECUTORS, default="local",
-                        help="local: a process pool here (default); debug: in this process; slurm: a job array")
-    parser.add_argument("--slurm-config", default=None, help="a TOML file of SLURM options (dpbook.repro.dispatch)")
-    for name, (kind, text) in dispatch.SlurmOptions.flags().items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=f"{text} (--executor slurm)")
-
-
-def _slurm_options(args) -> dispatch.SlurmOptions | None:
-    """The SLURM options of the command line (flags over the config file); None unless --executor slurm."""
-    given = {name: getattr(args, name) for name in dispatch.SlurmOptions.flags()}
-    if args.executor != "slurm":
-        used = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
-        if used or args.slurm_config:
-            raise ValueError(f"{', '.join(used) or '--slurm-config'} apply to --executor slurm only")
-        return None
-    if args.slurm_config:
-        return dispatch.SlurmOptions.from_file(args.slurm_config, **given)
-    return dispatch.SlurmOptions(**{k: v for k, v in given.items() if v is not None})
-
-
-def _print_status(manifest: dispatch.Manifest) -> int:
-    """Print a sweep's runs (or notebook executions) by state, the ones not done with why and where their log is;
-    0 when all are done."""
-    from tabulate import tabulate
-
-    rows = manifest.states()
-    counts = {}
-    for row in rows:
-        counts[row["state"]] = counts.get(row["state"], 0) + 1
-    noun = "run" if manifest.kind == "runs" else "notebook"
-    print(f"{manifest.path}: {len(rows)} {noun}(s), " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    open_rows = [row for row in rows if row["state"] != "done"]
-    if open_rows:
-        print(tabulate([[r["run"], r["job"], r["state"], r["why"], r["log"]] for r in open_rows],
-                       headers=[noun, "job", "state", "why", "log"]))
-    return 0 if not open_rows else 1
-
-
-def _run(args) -> list[dict]:
-    if args.command in BENCHMARKS:
-        benchmark = importlib.import_module(BENCHMARKS[args.command]).BENCHMARK
-        methods = args.methods.split(",") if args.methods else None
-        epsilons = [float(e) for e in args.epsilons.split(",")] if args.epsilons else None
-        summaries = benchmark.run(jobs=args.jobs, results_dir=args.results_dir, methods=methods,
-                                  epsilons=epsilons, seeds=args.seeds, epochs=args.epochs,
-                                  executor=args.executor, slurm=_slurm_options(args))
-    elif args.command == "resume":
-        manifest = dispatch.Manifest.read(args.manifest)
-        again = dict(jobs=args.jobs, executor=manifest.executor, sweep_dir=manifest.path.parent,
-                     slurm=None if manifest.slurm is None else dispatch.SlurmOptions(**manifest.slurm))
-        if manifest.kind == "notebooks":
-            summaries = [run_notebooks(manifest.commands(), output_dir=manifest.results_dir, skip_done=True, **again)]
-        else:
-            summaries = [run_all(manifest.experiments(), results_dir=manifest.results_dir, **again,
-                                 **manifest.run_kwargs)]
-    else:
-        summaries = [run_notebook_grid(args.notebook, params.assignments(args.grid, lists=True),
-                                       params.assignments(args.set, lists=False), output_dir=args.output_dir,
-                                       jobs=args.jobs, executor=args.executor, slurm=_slurm_options(args))]
-    return summaries
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
