@@ -28,11 +28,12 @@ argparse.ArgumentTypeError: unknown method 'autoz' (did you mean 'autos'?); vali
 
 from __future__ import annotations
 
-__all__ = ["Domain", "integer", "number", "choice", "listing", "either", "text", "assignment", "folder", "output_file",
-           "input_file", "device", "Count", "Seed", "Points", "Positive", "NonNegative", "Probability", "Fraction",
-           "PositiveFraction", "domain_of", "plain"]
+__all__ = ["Domain", "integer", "number", "choice", "listing", "either", "text", "assignment", "writable", "folder",
+           "output_file", "input_file", "device", "Count", "Seed", "Points", "Positive", "NonNegative", "Probability",
+           "Fraction", "PositiveFraction", "domain_of", "plain"]
 
 import argparse
+import errno
 import functools
 import math
 import operator
@@ -91,11 +92,12 @@ class Domain:
         ValueError: epochs must be an integer >= 1, got 0
         """
         for item in _items(value):
-            if isinstance(item, str):
-                try:
-                    self(item)
-                except argparse.ArgumentTypeError as err:
-                    raise ValueError(f"{name} {err}") from None
+            if isinstance(item, str):  # one value, or a list as text ("0.1, 0.3", "[1, 2]")
+                for part in [p.strip() for p in item.strip().strip("[]()").split(",") if p.strip()] or [item]:
+                    try:
+                        self(part)
+                    except argparse.ArgumentTypeError as err:
+                        raise ValueError(f"{name} {err}") from None
             elif not self.allows(item):
                 raise ValueError(f"{name} {self.problem(item)}")
         return value
@@ -222,21 +224,39 @@ def assignment(fix: str = "e.g. epochs=2") -> Domain:
     return Domain("NAME=VALUE", str, lambda v: "=" in v and v.split("=", 1)[0].strip() != "", fix, ("epochs", "=2"))
 
 
+def writable(path: str | Path, fix: str = "the folder results are written to") -> Path:
+    """``path`` as a folder this process can write in, or can create: the folder, else its nearest existing parent,
+    is tried with a temporary file (nothing is left behind, nothing is created), so that a read-only or misspelt
+    location stops a command before its first run; a ValueError says which and why.
+
+    >>> writable("/dev/null/results")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot write in '/dev/null/results' (NotADirectoryError: Not a directory): choose a folder you can ...
+    """
+    if not str(path).strip():
+        raise ValueError(f"is empty ({fix})")
+    there = Path(path).absolute()
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    try:
+        if not there.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
+        with tempfile.TemporaryFile(dir=there):
+            pass
+    except OSError as err:
+        raise ValueError(f"cannot write in {str(path)!r} ({type(err).__name__}: {err.strerror or err}): choose a "
+                         f"folder you can write to ({fix})") from None
+    return Path(path)
+
+
 def folder(fix: str = "the folder results are written to") -> Domain:
-    """A folder this process can write in: created when missing, then tried with a temporary file, so that a
-    read-only or misspelt location stops the command at the door instead of after its first run."""
+    """A folder this process can write in (:func:`writable`)."""
     def read(given: str) -> Path:
-        path = Path(given)
-        if not given.strip():
-            raise _Refused(f"is empty ({fix})")
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=path):
-                pass
-        except OSError as err:
-            raise _Refused(f"cannot write in {given!r} ({type(err).__name__}: {err.strerror or err}): choose a "
-                           f"folder you can write to ({fix})") from None
-        return path
+            return writable(given, fix)
+        except ValueError as err:
+            raise _Refused(str(err)) from None
 
     return Domain("a folder you can write in", read, fix=fix, bad=("/dev/null/folder",))
 

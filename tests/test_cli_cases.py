@@ -96,6 +96,17 @@ def test_a_results_folder_under_a_file_is_refused_before_any_run(tmp_path):
     assert "choose a folder you can write to" in last
 
 
+def test_a_run_into_a_folder_it_cannot_write_stops_before_any_run(tmp_path):
+    blocker = tmp_path / "results"
+    blocker.write_text("a file where the folder should be")
+    chapter = papers.chapters()["dcsgd"](table="IV", datasets=["mnist"], methods=["dcsgd-e"], epsilons=[1.0],
+                                         stand_ins=True, results_dir=str(blocker / "dcsgd"))
+    with pytest.raises(ValueError, match=r"^cannot write in .*: choose a folder you can write to \(the chapter's"):
+        chapter.run()
+    with pytest.raises(ValueError, match=r"^cannot write in .*: choose a folder you can write to \(results_dir"):
+        BENCHMARK.run(results_dir=blocker / "digits", methods=["dpsgd"], seeds=1, epochs=1, jobs=1)
+
+
 def test_noise_multiplier_names_the_target_epsilon_when_it_asks_for_too_little_noise():
     with pytest.raises(ValueError) as refused:
         accounting.noise_multiplier(1e6, 1e-5, sample_rate=0.01, steps=100)

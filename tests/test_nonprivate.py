@@ -115,13 +115,19 @@ def test_engine_refuses_a_nonprivate_key_among_released_diagnostics():
         engine.step(torch.randn(4, 4), torch.randint(0, 3, (4,)))
 
 
+def committed_json() -> list:
+    """The JSON files under data/results/ but its git-ignored folders (a local sweep's manifests, checkpoints)."""
+    return [path for path in sorted(results.RESULTS_DIR.rglob("*.json"))
+            if not any(part.startswith(".") for part in path.relative_to(results.RESULTS_DIR).parts)]
+
+
 def test_committed_results_hold_no_nonprivate_statistic():
     """No file under data/results/ holds a training-set metric or a "nonprivate/" statistic (privacy hygiene rule 8).
 
     Files written before the opt-in existed hold them: this fails until they are regenerated with the current code.
     """
     offenders = {}
-    for path in sorted(results.RESULTS_DIR.rglob("*.json")):  # runs, and analyses such as the privacy audits
+    for path in committed_json():  # runs, and analyses such as the privacy audits
         record = results.read_result(path, required=("parameters",) if results.is_analysis(path) else
                                      results.REQUIRED_KEYS)
         keys = sorted(set(results.nonprivate_keys(record)))

@@ -90,8 +90,9 @@ def test_a_checkpoint_of_another_configuration_is_refused_naming_the_file_and_fi
     assert checkpoint.exists()
     with pytest.raises(StaleCheckpointError, match=rf"{checkpoint}: the checkpoint belongs to a run with another "
                                                     r"configuration \(T: checkpoint 22, this run 33; epochs: "
-                                                    r"checkpoint 2, this run 3; hyperparameters: checkpoint "
-                                                    r"\{'C': '1.0', 'sigma': '1.0'\}, this run \{'C': '2.0'"):
+                                                    r"checkpoint 2, this run 3; hyperparameter C: checkpoint "
+                                                    r"'1.0', this run '2.0'; releases: checkpoint \['gradient: "
+                                                    r"sensitivity 1.0, noise multiplier 1.0'\], this run"):
         trainer(checkpoint, C=2.0, epochs=3).run()
     assert trainer(checkpoint).run().epochs[-1]["epoch"] == 2  # its own run resumes
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from dpbook import checks
+from dpbook import checks, cli
 from dpbook.methods import METHODS, in_book_order
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment, load_task_data
@@ -115,6 +115,7 @@ class Benchmark:
         """
         plan = self.plan(methods=methods, epsilons=epsilons, seeds=seeds, epochs=epochs)
         checks.integer("jobs", jobs)
+        cli.writable(results_dir, "results_dir, where the runs write their result files")
         load_task_data(self.base(plan["methods"][0], plan["epsilons"][0], "none"))  # a missing dataset says so here
         phase1, unreachable = self.phase1(**plan)
         where = dict(jobs=jobs, executor=executor, slurm=slurm, results_dir=results_dir, progress=progress,

@@ -342,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser_.error(f"{unknown} of every reproduction chapter; -p takes the parameters you ran the chapter with")
     verdicts = check(args.paths, parameters)
     if not verdicts:
-        print(f"no result files (*.json) under {', '.join(args.paths)}")
+        print(f"no result files (*.json) under {', '.join(map(str, args.paths))}")
         return 1
     for path, (cell, problems) in verdicts.items():
         lines = [f"{path}: {problem}" for problem in problems] or [f"{path}: ok, {cell}"]

@@ -224,7 +224,8 @@ class Chapter(abc.ABC):
         """Train the selected cells (grids, searches, re-runs of their best points, what those unlock) and the
         figures' runs, round after round (:func:`dpbook.repro.reproduce.train_until_done`). Returns the failures as
         (what, error): the runs that failed and the cells whose data is missing. A dataset that is not here stops
-        it before any run starts (:meth:`check_data`)."""
+        it before any run starts (:meth:`check_data`), and so does a results folder it cannot write in."""
+        cli.writable(self.results, "the chapter's results_dir")
         self.check_data()
         done = reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
                                           data_root=self.data, download=self.download)

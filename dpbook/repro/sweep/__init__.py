@@ -18,7 +18,7 @@ Every run writes its own result file atomically, so a sweep that is interrupted 
 loses at most the runs in flight, and those resume from their checkpoints when the same command is run again.
 Runs whose result file exists are skipped before anything starts. ``--jobs N`` runs N at once (processes, one
 CPU thread each by default); a failed run is reported and the sweep goes on. The command line
-(``python -m dpbook.repro.sweep``, with ``status`` and ``resume``) is :mod:`dpbook.repro.sweep.__main__`.
+(``python -m dpbook.repro.sweep``, with ``status`` and ``resume``) is this package's ``__main__`` module.
 """
 
 from __future__ import annotations
