@@ -174,15 +174,16 @@ def choice(valid: Iterable[str], kind: str, fix: str = "") -> Domain:
 
 
 def listing(each: Domain, fix: str = "") -> Domain:
-    """A comma-separated list of at least one value of the domain ``each``, each read and checked by it.
+    """A comma-separated list of at least one value of the domain ``each``, each read and checked by it (empty parts
+    dropped).
 
-    >>> listing(number(above=0))("2,4.5"), listing(integer(1)).bad
+    >>> listing(number(above=0))("2,4.5,"), listing(integer(1)).bad
     ([2.0, 4.5], (',', '0', '2.5', 'x'))
     """
     def read(text: str) -> list:
-        parts = [part.strip() for part in text.split(",")]
-        if not any(parts):
-            raise _Refused(f"must be a comma-separated list of {each.what}, got {text!r}"
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if not parts:
+            raise _Refused(f"must be a comma-separated list, each {each.what}, got {text!r}"
                            + (f" ({fix or each.fix})" if fix or each.fix else ""))
         out = []
         for part in parts:
@@ -192,7 +193,7 @@ def listing(each: Domain, fix: str = "") -> Domain:
                 raise _Refused(str(err)) from None
         return out
 
-    return Domain(f"a comma-separated list of {each.what}", read, lambda v: all(map(each.allows, v)),
+    return Domain(f"a comma-separated list, each {each.what}", read, lambda v: all(map(each.allows, v)),
                   fix or each.fix, (",", *each.bad))
 
 

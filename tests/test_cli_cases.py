@@ -38,7 +38,8 @@ REFUSED = [
                                                   "run)"),
     (sweep_cli.main, ["digits", "--epsilons", "0"], "argument --epsilons: must be a finite number > 0, got '0'"),
     (sweep_cli.main, ["digits", "--epsilons", "abc"], "argument --epsilons: must be a finite number > 0, got 'abc'"),
-    (sweep_cli.main, ["digits", "--epsilons", ""], "argument --epsilons: must be a comma-separated list of"),
+    (sweep_cli.main, ["digits", "--epsilons", ""], "argument --epsilons: must be a comma-separated list, each a finite "
+                                                     "number > 0, got ''"),
     (sweep_cli.main, ["digits", "--methods", "dpsdg"], "argument --methods: unknown method 'dpsdg' (did you mean "
                                                        "'dpsgd'?)"),
     (sweep_cli.main, ["digits", "--jobs", "0"], "argument --jobs: must be an integer >= 1, got '0' (runs at once)"),

@@ -52,8 +52,9 @@ EXECUTORS = ("local", "debug", "slurm")
 
 def _option(default, help_text: str, domain: cli.Domain):
     """A field of :class:`SlurmOptions` with the help text and the domain of its command-line flag (the file's
-    value is checked by the same domain)."""
-    return dataclasses.field(default=default, metadata={"help": help_text, "domain": domain})
+    value is checked by the same domain; its messages end with the help text)."""
+    return dataclasses.field(default=default, metadata={"help": help_text,
+                                                        "domain": dataclasses.replace(domain, fix=help_text)})
 
 
 @dataclass(frozen=True)
