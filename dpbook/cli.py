@@ -47,7 +47,7 @@ from typing import Annotated, Any, Callable, Iterable
 from dpbook.checks import did_you_mean
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Domain:
     """What one option accepts.
 
@@ -66,6 +66,9 @@ class Domain:
     @property
     def __name__(self) -> str:  # argparse names a type by it in some messages
         return self.what
+
+    def __repr__(self) -> str:
+        return f"Domain({self.what!r})"
 
     def problem(self, value: Any) -> str:
         """Why ``value`` is outside the domain: ``"must be ..., got ... (fix)"``."""
@@ -315,17 +318,25 @@ def device(fix: str = "cuda, cuda:0 or cpu") -> Domain:
     return Domain("a torch device", read, fix=fix, bad=("gpu0",))
 
 
-#: The ranges a notebook's parameters cell gives its parameters as types (``epochs: Count = 8``, ``delta: Probability
-#: = 1e-5``, ``seeds: list[Seed] = [0, 1]``), each an ``Annotated`` type that carries its :class:`Domain`;
-#: :func:`dpbook.repro.params.notebook_parameters` checks them (every element of a list or a dict) before anything
-#: runs.
+# The ranges a notebook's parameters cell gives its parameters as types (``epochs: Count = 8``, ``seeds: list[Seed]
+# = [0, 1]``), each an ``Annotated`` type that carries its Domain; dpbook.repro.params.notebook_parameters checks
+# them (every element of a list or a dict) before anything runs.
+
+#: A notebook parameter's range: an integer >= 1 (epochs, a batch size, a number of repetitions).
 Count = Annotated[int, integer(1)]
+#: A notebook parameter's range: an integer >= 0 (a seed).
 Seed = Annotated[int, integer(0)]
+#: A notebook parameter's range: an integer >= 2 (the points of a curve).
 Points = Annotated[int, integer(2, "points of a curve")]
+#: A notebook parameter's range: a finite number > 0 (a budget, a learning rate, a threshold).
 Positive = Annotated[float, number(above=0)]
+#: A notebook parameter's range: a finite number >= 0 (a noise multiplier that may be 0).
 NonNegative = Annotated[float, number(at_least=0)]
+#: A notebook parameter's range: a number in (0, 1) (delta).
 Probability = Annotated[float, number(above=0, below=1)]
+#: A notebook parameter's range: a number in [0, 1] (a target quantile, a fraction).
 Fraction = Annotated[float, number(at_least=0, at_most=1)]
+#: A notebook parameter's range: a number in (0, 1] (a scaling coefficient s, a momentum weight).
 PositiveFraction = Annotated[float, number(above=0, at_most=1)]
 
 
