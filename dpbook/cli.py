@@ -322,21 +322,21 @@ def device(fix: str = "cuda, cuda:0 or cpu") -> Domain:
 # = [0, 1]``), each an ``Annotated`` type that carries its Domain; dpbook.repro.params.notebook_parameters checks
 # them (every element of a list or a dict) before anything runs.
 
-#: The range an integer >= 1, for a notebook parameter (epochs, a batch size, a number of repetitions).
+#: A notebook parameter of this type is an integer >= 1 (epochs, a batch size, a number of repetitions).
 Count = Annotated[int, integer(1)]
-#: The range an integer >= 0, for a notebook parameter (a seed).
+#: A notebook parameter of this type is an integer >= 0 (a seed).
 Seed = Annotated[int, integer(0)]
-#: The range an integer >= 2, for a notebook parameter (the points of a curve).
+#: A notebook parameter of this type is an integer >= 2 (the points of a curve).
 Points = Annotated[int, integer(2, "points of a curve")]
-#: The range a finite number > 0, for a notebook parameter (a budget, a learning rate, a threshold).
+#: A notebook parameter of this type is a finite number > 0 (a budget, a learning rate, a threshold).
 Positive = Annotated[float, number(above=0)]
-#: The range a finite number >= 0, for a notebook parameter (a noise multiplier that may be 0).
+#: A notebook parameter of this type is a finite number >= 0 (a noise multiplier that may be 0).
 NonNegative = Annotated[float, number(at_least=0)]
-#: The range a number in (0, 1), for a notebook parameter (delta).
+#: A notebook parameter of this type is a number in (0, 1) (delta).
 Probability = Annotated[float, number(above=0, below=1)]
-#: The range a number in [0, 1], for a notebook parameter (a target quantile, a fraction).
+#: A notebook parameter of this type is a number in [0, 1] (a target quantile, a fraction).
 Fraction = Annotated[float, number(at_least=0, at_most=1)]
-#: The range a number in (0, 1], for a notebook parameter (a scaling coefficient s, a momentum weight).
+#: A notebook parameter of this type is a number in (0, 1] (a scaling coefficient s, a momentum weight).
 PositiveFraction = Annotated[float, number(above=0, at_most=1)]
 
 
