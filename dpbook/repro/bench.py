@@ -288,10 +288,12 @@ def parser() -> argparse.ArgumentParser:
     """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.bench", description=__doc__.split("\n")[0])
     model = cli.choice(SETTINGS, "model")
-    parser.add_argument("--models", nargs="+", default=list(SETTINGS), type=model)
+    parser.add_argument("--models", nargs="+", default=list(SETTINGS), type=model,
+                        help=f"models of the engine comparison (default: all of {', '.join(SETTINGS)})")
     parser.add_argument("--batch-sizes", type=cli.integer(1, "expected batch sizes B"), nargs="+",
                         help="instead of each model's (64, 256[, 1024])")
-    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), type=cli.choice(CONTENDERS, "contender"))
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), type=cli.choice(CONTENDERS, "contender"),
+                        help=f"the steps compared (default: all of {', '.join(CONTENDERS)})")
     parser.add_argument("--repeats", type=cli.integer(1, "interleaved rounds per cell"),
                         help="interleaved rounds per cell (median; default 7, 3 for the ResNet and BERT)")
     parser.add_argument("--method-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], type=model,

@@ -33,7 +33,9 @@ BENCHMARKS: dict[str, Benchmark] = {"digits": digits_benchmark.BENCHMARK, "mnist
 
 def parser() -> argparse.ArgumentParser:
     """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
-    parser = argparse.ArgumentParser(prog="python -m dpbook.repro.sweep", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dpbook.repro.sweep", description="The book's sweeps: a "
+                                     "benchmark's two phases, a notebook over a parameter grid, a sweep's status, "
+                                     "resume. A wrong option exits 2 before any work, naming it.")
     sub = parser.add_subparsers(dest="command", required=True)
     jobs = cli.integer(1, "runs at once")
     for name in BENCHMARKS:
@@ -116,6 +118,7 @@ def _summary_lines(summaries: list[dict]) -> list[str]:
 
 def _executor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", type=cli.choice(dispatch.EXECUTORS, "executor"), default="local",
+                        metavar="{" + ",".join(dispatch.EXECUTORS) + "}",
                         help="local: a process pool here (default); debug: in this process; slurm: a job array")
     parser.add_argument("--slurm-config", type=cli.input_file("a TOML file of SLURM options",
                                                               dispatch.SlurmOptions.from_file),
