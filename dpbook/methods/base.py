@@ -191,7 +191,7 @@ class Method(abc.ABC):
         except TypeError:  # __init__ raises the same error; copy and pickle call __new__ without arguments
             return self
         bound.apply_defaults()
-        self.hyperparameters = {name: value for name, value in list(bound.arguments.items())[1:]}
+        self.hyperparameters = dict(list(bound.arguments.items())[1:])  # all but self
         return self
 
     def __init__(self) -> None:

@@ -38,8 +38,7 @@ def parser() -> argparse.ArgumentParser:
                                      "resume. A wrong option exits 2 before any work, naming it.")
     sub = parser.add_subparsers(dest="command", required=True)
     jobs = cli.integer(1, "runs at once")
-    for name in BENCHMARKS:
-        benchmark = _benchmark(name)
+    for name, benchmark in BENCHMARKS.items():
         bench = sub.add_parser(name, help=f"the {name} benchmark of every method ({benchmark.study})")
         bench.add_argument("--jobs", type=jobs, default=max(1, (os.cpu_count() or 1)), help="runs at once")
         bench.add_argument("--results-dir", type=cli.folder(), default=str(results.RESULTS_DIR))
