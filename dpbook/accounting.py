@@ -42,7 +42,8 @@ from __future__ import annotations
 __all__ = [
     "ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "calibrate", "epsilon", "epsilon_of_history", "noise_multiplier",
     "PrivacyLedger", "sigma_T", "sigma_delta", "sigma_eff", "OPACUS_ORDERS", "LOW_ORDERS", "MAX_ORDER",
-    "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "Segment", "check_segment", "check_accountant"
+    "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "rdp_at_orders", "epsilon_of_rdp", "Segment", "check_segment",
+    "check_accountant"
 ]
 
 import functools
@@ -152,21 +153,22 @@ def _rdp_of_one_step(sigma: float, q: float, orders: tuple[float, ...]) -> np.nd
     return rdp
 
 
-def _rdp_at_orders(history: list[Segment], orders: tuple[float, ...]) -> np.ndarray:
-    """The RDP of the composed history at each order: the steps' curves add up order by order."""
+def rdp_at_orders(history: Sequence[Segment], orders: tuple[float, ...]) -> np.ndarray:
+    """The RDP of a validated history at each of ``orders`` (a tuple): the steps' curves add up order by order."""
     return sum(_rdp_of_one_step(s, q, orders) * t for s, q, t in history)
 
 
-def _epsilon_of_rdp(rdp: np.ndarray, orders: tuple[float, ...], delta: float) -> np.ndarray:
-    """Balle et al. 2020, Thm. 21: eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha),
-    Opacus's ``get_privacy_spent`` formula, in its order of operations."""
+def epsilon_of_rdp(rdp: np.ndarray, orders: Sequence[float], delta: float) -> np.ndarray:
+    """epsilon(alpha) of an RDP curve at each order. Balle et al. 2020, Thm. 21:
+    eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha), Opacus's ``get_privacy_spent``
+    formula, in its order of operations."""
     a = np.array(orders, dtype=np.float64)
     return rdp - (math.log(delta) + np.log(a)) / (a - 1) + np.log((a - 1) / a)
 
 
 def _epsilon_at_orders(history: list[Segment], orders: tuple[float, ...], delta: float) -> np.ndarray:
     """epsilon(alpha) of the composed history at each order."""
-    return _epsilon_of_rdp(_rdp_at_orders(history, orders), orders, delta)
+    return epsilon_of_rdp(rdp_at_orders(history, orders), orders, delta)
 
 
 #: Opacus's integer orders (2, ..., 10, 12, ..., 63), each a finite sum; its 90 fractional orders are each a
@@ -187,15 +189,15 @@ def _epsilon_at_opacus_orders(history: list[Segment], delta: float) -> np.ndarra
     the order that attains it are the full grid's, bit for bit (every array has the full grid's length, as in
     Opacus).
     """
-    integer_rdp = _rdp_at_orders(history, _INTEGER_ORDERS)
+    integer_rdp = rdp_at_orders(history, _INTEGER_ORDERS)
     rdp = np.where(_FLOOR >= 0, integer_rdp[_FLOOR], 0.0)  # exact at the integer orders, a lower bound elsewhere
-    lower = _epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
+    lower = epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
     best = np.nanmin(lower[_IS_INTEGER]) if not np.isnan(lower[_IS_INTEGER]).all() else np.inf
     slack = 1e-9 * max(1.0, abs(best))  # the series' rounding: a near-tie is always evaluated
     todo = ~_IS_INTEGER & ~(lower > best + slack)
     if todo.any():
-        rdp[todo] = _rdp_at_orders(history, tuple(a for a, wanted in zip(OPACUS_ORDERS, todo) if wanted))
-    eps = _epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
+        rdp[todo] = rdp_at_orders(history, tuple(a for a, wanted in zip(OPACUS_ORDERS, todo) if wanted))
+    eps = epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
     eps[~_IS_INTEGER & ~todo] = np.inf
     return eps
 

@@ -21,6 +21,12 @@ tuning for free (Tables IV and V). This module implements all three as *protocol
     Mohapatra et al.: :math:`\delta_2 = 10^{-20}` and :math:`\gamma = 1/(2G)`. Theorem 1 is inverted to get the
     per-run budget :math:`(\varepsilon_1, \delta_1)` of :func:`per_run_budget`, and :math:`\sigma` is calibrated for
     one run at :math:`(\varepsilon_1, \delta_1)`. This is the protocol of Table II.
+``"ps"``
+    Papernot & Steinke's random search (ICLR 2022, :mod:`dpbook.repeat_select`), which postdates the paper: the number
+    :math:`K` of runs is random with mean :math:`G` (logarithmic by default; Poisson or geometric on request), each run
+    trains a grid point drawn uniformly with replacement, and the best is released. The search's Renyi DP is a
+    single run's plus terms that grow like :math:`\log G` (Theorems 2 and 6 of that paper); :math:`\sigma` is
+    calibrated so that it converts to at most :math:`(\varepsilon, \delta)`.
 
 A grid with one point (DC-SGD-E: nothing to tune, :math:`G = 1`) involves no selection. Every protocol then charges
 it as a single run with the whole budget, as the paper does: "DC-SGD-E ... will only train the model once with the
@@ -82,6 +88,8 @@ cannot work at such a small :math:`\delta`; its error says so.
 1.36
 >>> round(calibrate_sigma(4.0, 1e-5, 0.01, 1000, G=10, protocol="lt"), 3)      # LT, gamma = 1/20
 2.266
+>>> round(calibrate_sigma(4.0, 1e-5, 0.01, 1000, G=10, protocol="ps"), 3)      # Papernot-Steinke, E[K] = 10
+0.942
 """
 
 from __future__ import annotations
@@ -89,7 +97,7 @@ from __future__ import annotations
 __all__ = [
     "PROTOCOLS", "LT_DELTA2", "lt_gamma", "lt_max_runs", "lt_expected_runs", "lt_theorem", "per_run_budget",
     "calibrate_sigma", "TuningPlan", "tuning_plan", "search_schedule", "Run", "GridSearchResult", "grid_search",
-    "grid_product",
+    "grid_product", "RUN_COUNTS", "run_count",
 ]
 
 import itertools
@@ -100,13 +108,19 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from dpbook import accounting, checks
+from dpbook.repeat_select import RunCount, search_epsilon
 
 #: The protocols of this module and what each charges.
 PROTOCOLS = {
     "none": "one run at the whole budget; tuning is free (Tables IV and V)",
     "rdp": "G runs composed under RDP as one history of G*T steps (Sec. VI-B, Table III)",
     "lt": "Liu-Talwar random stopping, Theorem 1 with delta_2 = 1e-20 and gamma = 1/(2G) (Sec. VI-B, Table II)",
+    "ps": "Papernot-Steinke random search: the best of K runs, K random with mean G (logarithmic), under RDP",
 }
+
+#: The distributions of the number of runs under ``"ps"``, each given its mean :math:`G`
+#: (:class:`dpbook.repeat_select.RunCount`); the first is the default.
+RUN_COUNTS = {"logarithmic": RunCount.logarithmic, "poisson": RunCount.poisson, "geometric": RunCount.geometric}
 
 #: The paper's :math:`\delta_2` for Theorem 1 (Sec. VI-B, following Mohapatra et al. [50]).
 LT_DELTA2 = 1e-20
@@ -142,6 +156,27 @@ def _check_budget(epsilon, delta) -> tuple[float, float]:
 
 def _check_delta2(delta2) -> float:
     return checks.open_unit("delta2", delta2, "Theorem 1's delta_2; the paper uses 1e-20")
+
+
+def run_count(G: int, distribution: str = "logarithmic") -> RunCount:
+    """The distribution of the number of runs of a ``"ps"`` search over ``G`` grid points: mean ``G``.
+
+    >>> run_count(10)
+    RunCount(mean=10.0, shape=0.0)
+    """
+    checks.one_of("distribution", distribution, RUN_COUNTS)
+    return RUN_COUNTS[distribution](_check_G(G))
+
+
+def _ps_epsilon(history, delta: float, count: RunCount) -> float:
+    """What ``"ps"`` charges a search whose runs each have ``history``; refused where the optimal order is at the end
+    of the grown grid (privacy hygiene rule 9)."""
+    opt = search_epsilon(history, delta, count)
+    if opt.edge is not None:
+        raise ValueError(f"the Papernot-Steinke bound for history={history}, delta={delta!r}, {count} is optimal at "
+                         f"the {opt.edge} RDP order evaluated ({opt.order:g}): no meaningful guarantee there. Use "
+                         f"more noise, or a larger epsilon.")
+    return opt.epsilon
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -212,8 +247,9 @@ def per_run_budget(epsilon: float, delta: float, G: int, protocol: str = "lt", *
       reading 3): :math:`\sqrt{2\delta_1} = (\delta - \delta_2)/(3T_{LT})` and
       :math:`\varepsilon_1 = \varepsilon/3 - \sqrt{2\delta_1}`.
     - ``"none"``, and any protocol with :math:`G = 1` (nothing is selected): the whole :math:`(\varepsilon, \delta)`.
-    - ``"rdp"`` has no per-run :math:`(\varepsilon, \delta)`. The :math:`G` runs are composed before the conversion
-      to :math:`(\varepsilon, \delta)`, which is tighter than splitting the budget. Use :func:`calibrate_sigma`.
+    - ``"rdp"`` and ``"ps"`` have no per-run :math:`(\varepsilon, \delta)`. The runs' Renyi DP is composed (or
+      transformed) before the conversion to :math:`(\varepsilon, \delta)`, which is tighter than splitting the
+      budget. Use :func:`calibrate_sigma`.
 
     >>> eps1, delta1 = per_run_budget(2.0, 1 / 50000, G=10)   # CIFAR10, DP-SGD's grid
     >>> round(eps1, 6), float(f"{delta1:.2e}")
@@ -231,11 +267,12 @@ def per_run_budget(epsilon: float, delta: float, G: int, protocol: str = "lt", *
     delta2 = _check_delta2(delta2)
     if protocol == "none" or G == 1:
         return epsilon, delta
-    if protocol == "rdp":
+    if protocol in ("rdp", "ps"):
         raise ValueError(
-            "protocol='rdp' composes the G runs (their Renyi divergences add up before the conversion to "
-            "(epsilon, delta)), so it has no per-run (epsilon, delta) budget; use calibrate_sigma(..., "
-            "protocol='rdp') for the per-run noise multiplier")
+            f"protocol={protocol!r} charges the search through the runs' Renyi DP (composed under 'rdp', through "
+            f"Papernot and Steinke's theorem under 'ps') before the conversion to (epsilon, delta), so it has no "
+            f"per-run (epsilon, delta) budget; use calibrate_sigma(..., protocol={protocol!r}) for the per-run noise "
+            f"multiplier")
     if not delta > delta2:
         raise ValueError(f"delta must exceed Theorem 1's delta2={delta2!r} (delta' = 3 sqrt(2 delta_1) T + delta_2), "
                          f"got delta={delta!r}")
@@ -255,10 +292,19 @@ def per_run_budget(epsilon: float, delta: float, G: int, protocol: str = "lt", *
 # Calibration
 # --------------------------------------------------------------------------------------------------------------
 
-def _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant, epsilon_tolerance, delta2):
-    """sigma and the per-run (epsilon_1, delta_1) it was calibrated for (None for rdp); inputs already checked."""
+def _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant, epsilon_tolerance, delta2, distribution):
+    """sigma and the per-run (epsilon_1, delta_1) it was calibrated for (None for rdp and ps); inputs checked."""
     if protocol == "none" or G == 1:
         return accounting.noise_multiplier(epsilon, delta, sample_rate, steps, accountant, epsilon_tolerance), None
+    if protocol == "ps":
+        count = run_count(G, distribution)
+        sigma = accounting.calibrate(
+            lambda sigma: search_epsilon([(sigma, sample_rate, steps)], delta, count).epsilon, epsilon,
+            epsilon_tolerance=epsilon_tolerance, name="sigma",
+            setting=f"for the best of K ~ {count.name}(mean {G}) runs of {steps} steps at sample_rate={sample_rate!r}, "
+                    f"delta={delta!r}", fix="Use a larger epsilon or a smaller grid.")
+        _ps_epsilon([(sigma, sample_rate, steps)], delta, count)  # an optimum at the grid's end is refused
+        return sigma, None
     if protocol == "rdp":
         try:
             sigma = accounting.noise_multiplier(epsilon, delta, sample_rate, G * steps, accountant, epsilon_tolerance)
@@ -282,7 +328,7 @@ def _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant, epsi
 
 def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int, G: int = 1,
                     protocol: str = "none", *, accountant: str = "rdp", epsilon_tolerance: float = 0.01,
-                    delta2: float = LT_DELTA2) -> float:
+                    delta2: float = LT_DELTA2, distribution: str = "logarithmic") -> float:
     r"""The noise multiplier of *each* run when a search over :math:`G` combinations is charged to
     :math:`(\varepsilon, \delta)`.
 
@@ -293,10 +339,11 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
         steps: :math:`T`, the SGD steps of one run.
         G: the number :math:`G` of hyperparameter combinations, an integer >= 1.
         protocol: ``"none"`` (one run: ``G`` is ignored), ``"rdp"`` (:math:`G` runs composed: :math:`\sigma` for
-            :math:`GT` steps) or ``"lt"`` (Theorem 1: :math:`\sigma` for one run at :func:`per_run_budget`). See
-            :data:`PROTOCOLS`.
+            :math:`GT` steps), ``"lt"`` (Theorem 1: :math:`\sigma` for one run at :func:`per_run_budget`) or
+            ``"ps"`` (the best of :math:`K` runs, :math:`\mathbb E[K] = G`). See :data:`PROTOCOLS`.
         accountant: ``"rdp"`` (the paper's) or ``"prv"``. Under ``"lt"`` PRV fails at
-            :math:`\delta_1 \approx 10^{-17}`.
+            :math:`\delta_1 \approx 10^{-17}`; ``"ps"`` is a theorem about Renyi DP and takes ``"rdp"`` only.
+        distribution: under ``"ps"``, the distribution of :math:`K` (:data:`RUN_COUNTS`).
         epsilon_tolerance: passed to :func:`dpbook.accounting.noise_multiplier` (which also narrows :math:`\sigma`
             itself to 1 %); the default 0.01 matches Opacus's ``get_noise_multiplier``.
 
@@ -309,6 +356,8 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     [0.668, 0.995, 2.329]
     >>> [round(calibrate_sigma(4.0, d, q, T, G, "lt"), 3) for G in (1, 10, 90)]
     [0.668, 1.782, 1.882]
+    >>> [round(calibrate_sigma(4.0, d, q, T, G, "ps"), 3) for G in (1, 10, 90)]
+    [0.668, 0.788, 0.858]
 
     Raises:
         ValueError: naming the parameter on bad input, or explaining what to change when the budget cannot be
@@ -322,8 +371,11 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     protocol = _check_protocol(protocol)
     delta2 = _check_delta2(delta2)
     accounting.check_accountant(accountant)
+    checks.one_of("distribution", distribution, RUN_COUNTS)
+    if protocol == "ps" and accountant != "rdp":
+        raise ValueError(f"protocol='ps' is a theorem about Renyi DP: it needs accountant='rdp', got {accountant!r}")
     return _calibrate(epsilon, delta, sample_rate, steps, G, protocol, accountant,
-                      checks.positive("epsilon_tolerance", epsilon_tolerance), delta2)[0]
+                      checks.positive("epsilon_tolerance", epsilon_tolerance), delta2, distribution)[0]
 
 
 @dataclass(frozen=True)
@@ -337,11 +389,13 @@ class TuningPlan:
 
     - "none": one run;
     - "rdp": the accountant on :math:`GT` steps at :math:`\sigma`;
-    - "lt": Theorem 1 applied to the recomputed per-run :math:`\varepsilon`.
+    - "lt": Theorem 1 applied to the recomputed per-run :math:`\varepsilon`;
+    - "ps": Papernot and Steinke's theorem for :math:`K \sim` ``count``
+      (:func:`dpbook.repeat_select.search_epsilon`).
 
     Each is <= the target. ``charged_protocol`` is "none" when :math:`G = 1`, whatever was asked.
     ``max_runs`` and ``expected_runs`` count training runs. Under LT they are :math:`\lfloor T_{LT}\rfloor` and about
-    :math:`2G`.
+    :math:`2G`; under "ps" there is no cap (``None``) and the mean is :math:`G`.
     """
 
     protocol: str
@@ -356,35 +410,51 @@ class TuningPlan:
     per_run_delta: float
     total_epsilon: float
     total_delta: float
-    max_runs: int
+    max_runs: int | None
     expected_runs: float
     accountant: str
     gamma: float | None = None
     delta2: float | None = None
+    count: RunCount | None = None
 
     @property
     def selection_charged(self) -> bool:
         """Whether the guarantee covers releasing the best of the runs (False only for "none" with G > 1)."""
         return self.charged_protocol != "none" or self.G == 1
 
-    def run_budget(self) -> tuple[float, float, int]:
-        r"""``(epsilon, delta, runs)``: ``runs`` copies of one run's history, composed, must cost at most
-        :math:`\varepsilon` at :math:`\delta`, what a DP-SGD run at ``sigma`` is charged: one run ("none"); :math:`G`
-        runs composed ("rdp"); one run at Theorem 1's per-run :math:`\delta_1` ("lt"). A method whose history is not
-        DP-SGD's calibrates its noise to this.
+    def charge(self, history) -> float:
+        r"""What the protocol charges for a search whose every run has the ledger ``history`` (``(sigma, q, steps)``
+        segments), to be kept at most :attr:`charge_limit`: the one charge rule, which every method's ``from_plan``
+        calibrates to and every recorded run is checked against.
 
-        >>> epsilon, delta, runs = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="rdp").run_budget()
-        >>> 3.99 <= epsilon <= 4.0, delta, runs
-        (True, 1e-05, 10)
+        - "none" (and any :math:`G = 1`): the run's :math:`\varepsilon` at :math:`\delta`;
+        - "rdp": :math:`G` copies of the history composed, at :math:`\delta`;
+        - "lt": the run's :math:`\varepsilon` at Theorem 1's per-run :math:`\delta_1` (the theorem's
+          :math:`\varepsilon' = 3\varepsilon_1 + 3\sqrt{2\delta_1}` grows with it);
+        - "ps": Papernot and Steinke's bound on the search, at :math:`\delta`, from the history's Renyi DP curve.
+
+        >>> plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="ps")
+        >>> plan.charge([(plan.sigma, 0.01, 1000)]) == plan.charge_limit == plan.total_epsilon
+        True
         """
+        history = [accounting.check_segment(seg, i) for i, seg in enumerate(history)]
         if self.charged_protocol == "lt":
-            return self.per_run_epsilon, self.per_run_delta, 1
-        return self.total_epsilon, self.delta, self.G if self.charged_protocol == "rdp" else 1
+            return accounting.epsilon_of_history(history, self.per_run_delta, self.accountant)
+        if self.charged_protocol == "ps":
+            return _ps_epsilon(history, self.delta, self.count)
+        runs = self.G if self.charged_protocol == "rdp" else 1
+        return accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], self.delta, self.accountant)
+
+    @property
+    def charge_limit(self) -> float:
+        """What :meth:`charge` gives a DP-SGD run at ``sigma``, the most any run of the search may be charged: the
+        recomputed per-run epsilon under "lt", the recomputed total epsilon otherwise."""
+        return self.per_run_epsilon if self.charged_protocol == "lt" else self.total_epsilon
 
 
 def tuning_plan(epsilon: float, delta: float, sample_rate: float, steps: int, G: int = 1, protocol: str = "none",
-                *, accountant: str = "rdp", epsilon_tolerance: float = 0.01,
-                delta2: float = LT_DELTA2) -> TuningPlan:
+                *, accountant: str = "rdp", epsilon_tolerance: float = 0.01, delta2: float = LT_DELTA2,
+                distribution: str = "logarithmic") -> TuningPlan:
     r"""Calibrate :math:`\sigma` like :func:`calibrate_sigma`, then recompute what the whole search spends.
 
     >>> plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="rdp")
@@ -397,9 +467,12 @@ def tuning_plan(epsilon: float, delta: float, sample_rate: float, steps: int, G:
     20.0
     >>> lt.total_epsilon <= 4.0, lt.total_delta <= 1e-5
     (True, True)
+    >>> ps = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="ps")
+    >>> round(ps.sigma, 3), round(ps.per_run_epsilon, 3), 3.99 <= ps.total_epsilon <= 4.0, ps.max_runs, ps.count.name
+    (0.942, 2.415, True, None, 'logarithmic')
     """
     sigma = calibrate_sigma(epsilon, delta, sample_rate, steps, G, protocol, accountant=accountant,
-                            epsilon_tolerance=epsilon_tolerance, delta2=delta2)
+                            epsilon_tolerance=epsilon_tolerance, delta2=delta2, distribution=distribution)
     G, protocol = int(G), str(protocol)
     charged = "none" if G == 1 else protocol
     if charged == "lt":
@@ -411,6 +484,11 @@ def tuning_plan(epsilon: float, delta: float, sample_rate: float, steps: int, G:
                           total_epsilon, total_delta, math.floor(lt_max_runs(gamma, delta2)),
                           lt_expected_runs(gamma, delta2), accountant, gamma, delta2)
     per_run = accounting.epsilon(sigma, sample_rate, steps, delta, accountant)
+    if charged == "ps":
+        count = run_count(G, distribution)
+        total = _ps_epsilon([(sigma, sample_rate, steps)], delta, count)
+        return TuningPlan(protocol, charged, G, sigma, sample_rate, steps, epsilon, delta, per_run, delta, total,
+                          delta, None, count.actual_mean, accountant, count=count)
     total = accounting.epsilon(sigma, sample_rate, G * steps, delta, accountant) if charged == "rdp" else per_run
     runs = 1 if G == 1 else G
     return TuningPlan(protocol, charged, G, sigma, sample_rate, steps, epsilon, delta, per_run, delta, total, delta,
@@ -437,6 +515,9 @@ class Run:
 class GridSearchResult:
     r"""All runs of a charged search, the best one, and the privacy it was charged (a :class:`TuningPlan`).
 
+    ``best`` is None when the search made no run (:math:`K = 0` under ``"ps"`` with a Poisson count): it releases
+    nothing, the output :math:`\bot` of Papernot and Steinke's theorem, which covers it.
+
     ``composed_epsilon`` composes *every run actually made* with the plan's accountant at the total :math:`\delta`. That
     is an honest upper bound for any protocol. Under "lt" it counts every run at :math:`\delta` rather than at Theorem
     1's :math:`\delta_1`, so it is not what the protocol charges: Theorem 1 is what makes the random number of runs
@@ -446,7 +527,7 @@ class GridSearchResult:
     plan: TuningPlan
     grid: list[dict]
     runs: list[Run]
-    best: Run
+    best: Run | None
     composed_epsilon: float
     maximize: bool = True
 
@@ -479,8 +560,9 @@ class GridSearchResult:
             f"per run: epsilon = {p.per_run_epsilon:.4f} at delta = {p.per_run_delta:.3g}",
             f"charged: epsilon = {p.total_epsilon:.4f}, delta = {p.total_delta:.3g} (budget {p.epsilon:g}, "
             f"{p.delta:.3g}); selection of the best {'covered' if p.selection_charged else 'NOT covered'}",
-            f"{len(self.runs)} runs; best: run {self.best.order} {self.best.hyperparameters} -> "
-            f"metric {self.best.metric:.4f}",
+            f"{len(self.runs)} runs; " + ("nothing released (K = 0)" if self.best is None else
+                                          f"best: run {self.best.order} {self.best.hyperparameters} -> "
+                                          f"metric {self.best.metric:.4f}"),
         ]
         return "\n".join(lines)
 
@@ -528,6 +610,9 @@ def search_schedule(plan: TuningPlan, seed: int = 0) -> list[tuple[int, int, int
       point, then stops with probability :math:`\gamma = 1/(2G)`; at most :math:`\lfloor T_{LT}\rfloor` runs. Both draws
       come from ``numpy.random.default_rng(seed)`` and never look at the data or at any result, so the whole schedule is
       known in advance: a sweep can run its trainings in parallel, and an interrupted search resumes exactly.
+    - ``"ps"``: Papernot and Steinke's random search: :math:`K` drawn from the plan's ``count``, then :math:`K` grid
+      points drawn uniformly with replacement, all from ``numpy.random.default_rng(seed)`` before any training.
+      :math:`K = 0` (possible under Poisson) is an empty schedule: the search releases nothing.
     - :math:`G = 1`: one run with the whole budget.
 
     >>> plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=3, protocol="lt")
@@ -536,8 +621,14 @@ def search_schedule(plan: TuningPlan, seed: int = 0) -> list[tuple[int, int, int
     ([7, 8, 9], True)
     >>> search_schedule(tuning_plan(4.0, 1e-5, 0.01, 1000, G=3, protocol="rdp"), seed=7)
     [(0, 0, 7), (1, 1, 8), (2, 2, 9)]
+    >>> search_schedule(tuning_plan(4.0, 1e-5, 0.01, 1000, G=3, protocol="ps"), seed=7)
+    [(0, 2, 7), (1, 2, 8)]
     """
     seed = checks.integer("seed", seed, minimum=0)
+    if plan.charged_protocol == "ps":
+        rng = np.random.default_rng(seed)
+        K = plan.count.sample(rng)
+        return [(order, int(index), seed + order) for order, index in enumerate(rng.integers(plan.G, size=K))]
     if plan.charged_protocol != "lt":
         return [(order, order, seed + order) for order in range(plan.G)]
     rng = np.random.default_rng(seed)
@@ -552,7 +643,7 @@ def search_schedule(plan: TuningPlan, seed: int = 0) -> list[tuple[int, int, int
 def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float, int], Any], *, epsilon: float,
                 delta: float, sample_rate: float, steps: int, protocol: str, accountant: str = "rdp",
                 seed: int = 0, maximize: bool = True, metric: str | None = None, epsilon_tolerance: float = 0.01,
-                delta2: float = LT_DELTA2) -> GridSearchResult:
+                delta2: float = LT_DELTA2, distribution: str = "logarithmic") -> GridSearchResult:
     r"""Tune over ``grid`` with the search charged to :math:`(\varepsilon, \delta)`, and return every run and the best
     one.
 
@@ -569,6 +660,8 @@ def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float,
     - ``"lt"``: the LT algorithm of Theorem 1 (module docstring, reading 5). Each iteration trains a uniformly random
       grid point with seed ``seed + k``, then stops with probability :math:`\gamma = 1/(2G)`. There are at most
       :math:`\lfloor T_{LT}\rfloor` runs. Both draws come from ``numpy.random.default_rng(seed)``, never from the data.
+    - ``"ps"``: :math:`K` runs of uniformly random grid points, :math:`K` random with mean :math:`G`
+      (:func:`search_schedule`); with :math:`K = 0` nothing is released (``best`` is None).
     - A grid of one point is trained once with the whole budget, whatever the protocol.
 
     The best run is the first with the highest metric (lowest if ``maximize=False``).
@@ -592,7 +685,7 @@ def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float,
         raise ValueError(f"train must be a callable train(hyperparameters, sigma, seed), got {train!r}")
     seed = checks.integer("seed", seed, minimum=0)
     plan = tuning_plan(epsilon, delta, sample_rate, steps, len(grid), protocol, accountant=accountant,
-                       epsilon_tolerance=epsilon_tolerance, delta2=delta2)
+                       epsilon_tolerance=epsilon_tolerance, delta2=delta2, distribution=distribution)
     runs: list[Run] = []
     for order, index, run_seed in search_schedule(plan, seed):
         hp = dict(grid[index])
@@ -602,7 +695,7 @@ def grid_search(grid: Sequence[Mapping[str, Any]], train: Callable[[dict, float,
         runs.append(Run(order, index, hp, run_seed, value, output))
 
     key = (lambda r: r.metric) if maximize else (lambda r: -r.metric)
-    best = max(runs, key=key)  # max returns the first maximal element
+    best = max(runs, key=key, default=None)  # max returns the first maximal element
     composed = accounting.epsilon(plan.sigma, plan.sample_rate, len(runs) * plan.steps, plan.delta, plan.accountant)
     if plan.charged_protocol == "rdp" and composed > plan.epsilon:  # the accountant's own check of the charge
         raise RuntimeError(f"the {len(runs)} runs composed spend epsilon={composed!r} > budget {plan.epsilon!r}")

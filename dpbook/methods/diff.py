@@ -62,7 +62,7 @@ from typing import Sequence
 import torch
 
 from dpbook import checks
-from dpbook.accounting import calibrate, epsilon_of_history
+from dpbook.accounting import calibrate
 from dpbook.methods.base import Method, MicroBatch, Release
 from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
 from dpbook.methods.dpdr import rounding_slack
@@ -247,14 +247,12 @@ class DIFF(_DifferenceMethod):
 def _difference_sigma(plan, ratio: float, restart_every: int | None) -> float:
     """The sigma of DIFF2's difference steps (restarts at ``ratio * sigma``) whose run, composed as ``plan``
     charges it, spends at most the plan's budget (:meth:`DIFF2.from_plan`)."""
-    target, delta, runs = plan.run_budget()
 
     def epsilon_at(sigma: float) -> float:
-        history = diff2_history(sigma=sigma, sigma_restart=ratio * sigma, restart_every=restart_every,
-                                sample_rate=plan.sample_rate, steps=plan.steps)
-        return epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, accountant=plan.accountant)
+        return plan.charge(diff2_history(sigma=sigma, sigma_restart=ratio * sigma, restart_every=restart_every,
+                                         sample_rate=plan.sample_rate, steps=plan.steps))
 
-    return calibrate(epsilon_at, target, epsilon_tolerance=1e-4, name="sigma (DIFF2's difference steps)",
+    return calibrate(epsilon_at, plan.charge_limit, epsilon_tolerance=1e-4, name="sigma (DIFF2's difference steps)",
                      fix="Use a larger restart_noise_ratio or a larger target_epsilon.")
 
 @register("diff2")
@@ -292,6 +290,7 @@ class DIFF2(_DifferenceMethod):
     ...     restarts.append(opt.step(torch.randn(4, 3), torch.randint(0, 2, (4,)))["restart"])
     >>> restarts, opt.ledger.history
     ([1.0, 0.0, 1.0, 0.0], [(0.8, 0.1, 1), (1.0, 0.1, 1), (0.8, 0.1, 1), (1.0, 0.1, 1)])
+    >>> from dpbook.accounting import epsilon_of_history
     >>> opt.ledger.epsilon(1e-5) == epsilon_of_history(diff2_history(sigma=1.0, sigma_restart=0.8, restart_every=2,
     ...                                                                sample_rate=0.1, steps=4), 1e-5)
     True

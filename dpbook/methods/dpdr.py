@@ -53,7 +53,7 @@ __all__ = [
 
 import functools
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -243,9 +243,9 @@ class DPDR(Method):
         and 1.3 to 1.6 at :math:`\varepsilon = 8`), and :math:`\sigma_g` calibrated (:func:`calibrate_sigma_g`) so
         that the run's exact history spends no more than the plan charges it:
 
-        - one run, or free tuning (``"none"``): the plan's :math:`\varepsilon` at :math:`\delta`;
-        - RDP-charged search (``"rdp"``): :math:`G` copies of the history composed within the total budget;
-        - Liu-Talwar (``"lt"``): the per-run :math:`(\varepsilon_1, \delta_1)` of Theorem 1.
+        the plan's one charge rule (:meth:`~dpbook.tuning.TuningPlan.charge`: the run itself, :math:`G` copies
+        composed, Theorem 1's per-run budget, or Papernot and Steinke's bound) at most what a DP-SGD run at
+        ``plan.sigma`` is charged.
 
         >>> from dpbook.tuning import tuning_plan
         >>> plan = tuning_plan(4.0, 1e-5, sample_rate=0.01, steps=1000)
@@ -255,10 +255,9 @@ class DPDR(Method):
         """
         ratio = checks.positive("sigma_alpha_ratio (sigma_alpha / sigma_perp)", sigma_alpha_ratio)
         sigma_perp, sigma_alpha = plan.sigma, ratio * plan.sigma
-        target, delta, runs = plan.run_budget()
-        sigma_g = calibrate_sigma_g(target, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha,
+        sigma_g = calibrate_sigma_g(plan.charge_limit, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha,
                                     s=hyperparameters.get("s", 50), sample_rate=plan.sample_rate, steps=plan.steps,
-                                    delta=delta, accountant=plan.accountant, runs=runs)
+                                    delta=plan.delta, accountant=plan.accountant, charge=plan.charge)
         return cls(sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, sigma_g=sigma_g, **hyperparameters)
 
     def __init__(self, *, C_perp: float, C_alpha: float, sigma_perp: float, sigma_alpha: float, C_g: float,
@@ -435,7 +434,7 @@ def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_al
 @functools.lru_cache(maxsize=1024)  # a chapter builds DPDR for every C of its grid at the same noise
 def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
                       steps: int, delta: float, accountant: str = "rdp", epsilon_tolerance: float = 1e-4,
-                      runs: int = 1) -> float:
+                      charge: Callable[[list], float] | None = None) -> float:
     r"""The :math:`\sigma_g` that makes a DPDR run cost ``target_epsilon`` for its exact heterogeneous history.
 
     Given the GDR noise :math:`(\sigma_\perp, \sigma_\alpha)`, the schedule (:math:`s`, :math:`T` = ``steps``) and
@@ -445,7 +444,8 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
     towards the cost of the :math:`s - 1` GDR steps alone (:math:`\sigma_g = \infty`); if that cost already reaches
     the target, no :math:`\sigma_g` can work and a ValueError says so.
 
-    ``runs`` composes that many copies of the history (an RDP-charged search of ``runs`` DPDR trainings).
+    ``charge(history)``, when given, replaces the run's own epsilon at ``delta``: what a tuning plan charges a search
+    whose runs have this history (:meth:`dpbook.tuning.TuningPlan.charge`).
 
     Example: the paper's MNIST row at :math:`\varepsilon = 3` (:math:`\sigma_\perp = 0.81`,
     :math:`\sigma_\alpha = 2.0`, :math:`s = 50`, :math:`B = 256`, 20 epochs); Table 2 prints :math:`\sigma_g = 0.803`,
@@ -463,13 +463,11 @@ def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: 
     target = checks.positive("target_epsilon", target_epsilon)
     tol = checks.positive("epsilon_tolerance", epsilon_tolerance)
     checks.integer("steps", steps, minimum=1)
-    runs = checks.integer("runs", runs, minimum=1)
 
     def eps(sigma_g: float) -> float:
-        history = [(sigma, q, t * runs) for sigma, q, t in dpdr_history(
-            sigma_g=sigma_g, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, s=s, sample_rate=sample_rate,
-            steps=steps)]
-        return epsilon_of_history(history, delta, accountant=accountant)
+        history = dpdr_history(sigma_g=sigma_g, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, s=s,
+                               sample_rate=sample_rate, steps=steps)
+        return epsilon_of_history(history, delta, accountant=accountant) if charge is None else charge(history)
 
     floor = eps(math.inf)  # the GDR steps alone
     if floor >= target:

@@ -1,10 +1,11 @@
-r"""A real-data benchmark: every method, several budgets, the three tuning protocols, n seeds per cell.
+r"""A real-data benchmark: every method, several budgets, the four tuning protocols, n seeds per cell.
 
 A :class:`Benchmark` is a setting (dataset, model, epochs, expected batch size, optimizer, learning rate, delta),
 budgets, a grid per method and a number of seeds. Its cells are filled as :mod:`dpbook.repro.reproduce` describes,
-under DC-SGD's three protocols: ``"none"`` (free tuning: the best grid point re-trained with n seeds, as Tables
-IV-V), ``"rdp"`` and ``"lt"`` (the search charged to the budget by RDP composition or by Liu-Talwar random
-stopping, n independent searches, as Tables III and II). Two benchmarks are defined:
+under DC-SGD's three protocols and Papernot and Steinke's: ``"none"`` (free tuning: the best grid point re-trained
+with n seeds, as Tables IV-V), ``"rdp"``, ``"lt"`` and ``"ps"`` (the search charged to the budget by RDP
+composition, by Liu-Talwar random stopping as Tables III and II, or as the best of a random number of runs, n
+independent searches each). Two benchmarks are defined:
 :data:`dpbook.repro.digits_benchmark.BENCHMARK` and :data:`dpbook.repro.mnist5k_benchmark.BENCHMARK`; ``python -m
 dpbook.repro.sweep digits`` and ``python -m dpbook.repro.sweep mnist5k`` run them.
 
@@ -17,7 +18,7 @@ dpbook.repro.sweep digits`` and ``python -m dpbook.repro.sweep mnist5k`` run the
 
 from __future__ import annotations
 
-__all__ = ["PROTOCOLS", "declared_grids", "Benchmark"]
+__all__ = ["PROTOCOLS", "CHARGED", "declared_grids", "Benchmark"]
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,9 @@ from dpbook.repro.params import check_known
 from dpbook.repro.sources import Source, sources_table
 from dpbook.repro.sweep import run_all
 
-PROTOCOLS = ("none", "rdp", "lt")
+PROTOCOLS = ("none", "rdp", "lt", "ps")
+#: The protocols that charge the search to the budget, with the marker their points take in the figures.
+CHARGED = {"rdp": "o", "lt": "s", "ps": "^"}
 
 
 def declared_grids(study: str) -> dict[str, list[dict]]:

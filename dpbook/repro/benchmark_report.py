@@ -28,7 +28,7 @@ import numpy as np
 
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import results
-from dpbook.repro.benchmark import PROTOCOLS, Benchmark
+from dpbook.repro.benchmark import CHARGED, PROTOCOLS, Benchmark
 from dpbook.repro.claims import CLAIMS, WORDS, Claim, disagreements
 from dpbook.repro.experiment import Experiment, plan_of
 from dpbook.repro.plotting import legend_below, method_colour, method_label
@@ -115,7 +115,7 @@ def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[
 def plot_accuracy(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], *, delta: str,
                   title: str):
     """Test accuracy (mean ± std) against epsilon, one panel per protocol, one colour per method."""
-    fig, axs = plt.subplots(1, 3, figsize=(11, 4.6), sharey=True, layout="constrained")
+    fig, axs = plt.subplots(1, len(PROTOCOLS), figsize=(13, 4.6), sharey=True, layout="constrained")
     for ax, protocol in zip(axs, PROTOCOLS):
         for m in methods:
             points = [(e, *results.mean_std([100 * v for v in the_cells[(m, e, protocol)]["values"]])[:2])
@@ -138,7 +138,7 @@ def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Seque
                      epsilons: Sequence[float], *, title: str):
     """Left: accuracy lost to charging the search (none - charged) against G; right: the charged runs' sigma."""
     fig, axs = plt.subplots(1, 2, figsize=(11, 5), layout="constrained")
-    for protocol, marker in (("rdp", "o"), ("lt", "s")):
+    for protocol, marker in CHARGED.items():
         for m in methods:
             G = len(grids[m])
             for e in epsilons:
@@ -150,10 +150,11 @@ def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Seque
                 sigma = the_cells[(m, e, protocol)]["sigma"]
                 if sigma is not None:
                     axs[1].scatter(G, sigma, marker=marker, color=method_colour(m), s=14 + 6 * e)
+    markers = ", ".join(f"{marker}: {protocol}" for protocol, marker in CHARGED.items())
     axs[0].set(xscale="log", xlabel="grid size G (log)", ylabel="accuracy lost to tuning cost (points)",
-               title="none − charged\n(marker size grows with ε; o: RDP, s: LT)")
+               title=f"none − charged\n(marker size grows with ε; {markers})")
     axs[1].set(xscale="log", yscale="log", xlabel="grid size G (log)", ylabel="noise multiplier σ of each run (log)",
-               title="σ of the charged runs\n(o: RDP, s: LT)")
+               title=f"σ of the charged runs\n({markers})")
     axs[0].axhline(0, color="black", lw=0.8)
     legend_below(fig, axs, ncols=6)
     for ax in axs:
@@ -279,7 +280,7 @@ def identical_table(the_cells: Cells, group: Sequence[str], epsilons: Sequence[f
 
 def _histogram_noise_cells(the_cells: Cells, epsilons: Sequence[float]):
     """DC-SGD-P's charged cells that record a sigma: (protocol, epsilon, cell, sigma_H)."""
-    for protocol in ("rdp", "lt"):
+    for protocol in CHARGED:
         for e in epsilons:
             c = the_cells.get(("dcsgd-p", e, protocol))
             if c and c["sigma"]:

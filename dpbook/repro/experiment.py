@@ -300,26 +300,24 @@ SPENT_TOLERANCE = 1e-9
 
 
 def charged_epsilon(history, plan: TuningPlan) -> tuple[float, float]:
-    """What the plan's one charge rule (:meth:`~dpbook.tuning.TuningPlan.run_budget`) counts for a run's ledger
-    history, and the target it must stay under: under ``"none"`` the run at (epsilon, delta); under ``"rdp"`` G
-    copies of it at the total budget; under ``"lt"`` the run at Theorem 1's per-run (epsilon_1, delta_1)."""
-    target, delta, runs = plan.run_budget()
-    return accounting.epsilon_of_history([(s, q, t * runs) for s, q, t in history], delta, plan.accountant), target
+    """What the plan's one charge rule (:meth:`~dpbook.tuning.TuningPlan.charge`) charges the search for a run's
+    ledger history, and the limit it must stay under: what a DP-SGD run at the plan's sigma is charged."""
+    return plan.charge(history), plan.charge_limit
 
 
 def check_spent(history, plan: TuningPlan) -> float:
     """Recompute what the run's ledger history costs and refuse a run that spent more than its plan charges.
 
     Under ``"none"`` the run must fit (epsilon, delta); under ``"rdp"`` G copies of it must fit the total budget;
-    under ``"lt"`` it must fit Theorem 1's per-run (epsilon_1, delta_1). Returns the run's own epsilon at the
-    plan's per-run delta.
+    under ``"lt"`` it must fit Theorem 1's per-run (epsilon_1, delta_1); under ``"ps"`` the search's Renyi DP bound
+    must fit the total budget. Returns the run's own epsilon at the plan's per-run delta.
     """
     charged, target = charged_epsilon(history, plan)  # the one charge rule, which DPDR.from_plan calibrates to
     spent = accounting.epsilon_of_history(history, plan.per_run_delta, plan.accountant)
     if charged > target * (1 + SPENT_TOLERANCE):
-        runs = plan.run_budget()[2]
-        raise RuntimeError(f"the run spent epsilon={charged!r} (x{runs} runs) but its plan charges {target!r}: "
-                           f"the method's from_plan does not match its accounting")
+        raise RuntimeError(f"the run's history is charged epsilon={charged!r} under protocol "
+                           f"{plan.charged_protocol!r}, but its plan charges {target!r}: the method's from_plan does "
+                           f"not match its accounting")
     return spent
 
 

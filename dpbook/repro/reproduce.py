@@ -1,15 +1,17 @@
 r"""Table cells as runs: searches, re-runs of the best point, and the numbers a "paper vs reproduced" table shows.
 
 A cell of a paper's table is one (dataset, model, method, epsilon, protocol) with a hyperparameter grid. How it is
-filled depends on the protocol (DC-SGD's three, :mod:`dpbook.tuning`):
+filled depends on the protocol (DC-SGD's three and Papernot and Steinke's, :mod:`dpbook.tuning`):
 
 ``"none"`` (no tuning cost; DC-SGD Tables IV, V, VIII, DPDR Table 1, DP-PSASC Table III)
     Every grid point trained once at the whole budget (seed = its index), then the best point re-trained with
     seeds 0..n-1; the cell is their mean ± std. A grid of one point is just the n seeds.
-``"rdp"`` / ``"lt"`` (tuning cost charged; DC-SGD Tables III / II)
+``"rdp"`` / ``"lt"`` / ``"ps"`` (tuning cost charged; DC-SGD Tables III / II; Papernot and Steinke)
     One search (its runs fixed in advance by :func:`dpbook.tuning.search_schedule`) gives one number, the best
     run's test accuracy; the cell is the mean ± std over n independent searches with base seeds
-    0, 100000, 200000, ... (their run seeds never overlap).
+    0, 100000, 200000, ... (their run seeds never overlap). Under ``"lt"`` and ``"ps"`` the number of runs K of each
+    search is random (drawn from its base seed, before any training) and recorded in the cell; under ``"ps"`` it is
+    logarithmic with mean G, so K >= 1 and every search releases a model.
 
 All runs are :class:`dpbook.repro.experiment.Experiment` s, so they are found on disk, skipped when done, and run by a
 sweep (:mod:`dpbook.repro.sweep`). A cell whose budget the protocol cannot reach (LT at epsilon = 1), or whose method
@@ -194,8 +196,10 @@ def planned_runs(base: Experiment, grid: Sequence[Mapping], seeds: int) -> list[
 def cell(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=results.RESULTS_DIR) -> dict:
     """The cell's values (fractions), the hyperparameters chosen, sigma, and a status.
 
-    ``status``: "ok" (``seeds`` values), "partial", "not run yet", or "unreachable" with the ``reason``.
+    ``status``: "ok" (``seeds`` values), "partial", "not run yet", or "unreachable" with the ``reason``. ``K``: the
+    number of runs of each search (empty under "none").
     """
+    K = []
     try:
         if base.protocol == "none":
             runs = reruns(base, grid, seeds, results_dir)
@@ -206,15 +210,17 @@ def cell(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=resu
         else:
             values, chosen, sigmas = [], [], []
             for rep in range(seeds):
-                best = best_of(search(base, grid, rep), results_dir)
+                runs = search(base, grid, rep)
+                K.append(len(runs))
+                best = best_of(runs, results_dir)
                 if best is not None:
                     values.append(best[1])
                     chosen.append(chosen_point(best[0], base))
                     sigmas.append(results.read_result(best[0].path(results_dir))["sigma"])
     except ValueError as err:
-        return {"status": "unreachable", "reason": str(err), "values": [], "chosen": [], "sigma": None}
+        return {"status": "unreachable", "reason": str(err), "values": [], "chosen": [], "sigma": None, "K": []}
     status = "ok" if len(values) == seeds else ("partial" if values else "not run yet")
-    return {"status": status, "values": values, "chosen": chosen, "sigma": sigmas[0] if sigmas else None}
+    return {"status": status, "values": values, "chosen": chosen, "sigma": sigmas[0] if sigmas else None, "K": K}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -266,7 +272,7 @@ def summarise(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir
 
 def empty_summary(status: str) -> dict:
     """What :func:`summarise` returns for a cell without results: its ``status`` and nothing else."""
-    return {"status": status, "values": [], "chosen": [], "records": [], "best": None, "sigma": None}
+    return {"status": status, "values": [], "chosen": [], "records": [], "best": None, "sigma": None, "K": []}
 
 
 def summary_or_unreachable(spec: Callable[[], tuple[Experiment, Sequence[Mapping], int] | None],
