@@ -187,10 +187,14 @@ class RunCount:
             return math.exp(-self.mean + k * math.log(self.mean) - math.lgamma(k + 1))
         if k == 0:
             return 0.0
-        p = self._first()
-        for j in range(1, k):
-            p *= self._ratio(j)
-        return p
+        gamma, eta = self.gamma, self.shape
+        if gamma == 1:
+            return float(k == 1)
+        if eta == 0:
+            return math.exp(k * math.log1p(-gamma) - math.log(k) - math.log(-math.log(gamma)))
+        # prod_{l<k} (l + eta)/(l + 1) = Gamma(k + eta) / (Gamma(eta) k!)
+        log_prod = math.lgamma(k + eta) - math.lgamma(eta) - math.lgamma(k + 1)
+        return math.exp(k * math.log1p(-gamma) + log_prod - math.log(math.expm1(-eta * math.log(gamma))))
 
     def _first(self) -> float:
         r""":math:`P[K=1]` of the truncated negative binomial: :math:`(1-\gamma)\eta/(\gamma^{-\eta}-1)`, or
