@@ -2,8 +2,8 @@ r"""One reproduction run, end to end: data, model, calibrated method, training, 
 
 An :class:`Experiment` names everything that decides a run's result: dataset, model, method and its
 hyperparameters, the budget (epsilon, delta), epochs, expected batch size B, optimizer and learning rate, the tuning
-protocol that charges the search the run belongs to (``"none"``, ``"rdp"``, ``"lt"`` or ``"ps"`` with a grid of G points,
-:mod:`dpbook.tuning`), and the seed. :func:`run_experiment` then
+protocol that charges the search the run belongs to (``"none"``, ``"rdp"``, ``"lt"`` or ``"ps"`` with a grid of G
+points, :mod:`dpbook.tuning`), and the seed. :func:`run_experiment` then
 
 1. loads the data (:func:`load_task_data`; ``smoke=True`` swaps in generated data of the real shape; the dry run's
    ``prepare(exp, data="shapes")`` swaps in :func:`shape_data`, which no result file is ever written from),
