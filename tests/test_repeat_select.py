@@ -11,10 +11,11 @@ Two kinds of agreement are checked:
   solves gamma from the mean to 1e-9, this book to 1e-12 (both on the conservative side), so "never below" allows
   1e-9 relative;
 - the whole *calibration*, over the calibration table of the book (the DC-SGD paper's four settings, epsilon in
-  {1, 2, 4, 8}, mean G in {1, 10, 45, 90}): the sigma dp-accounting's accountant needs for the same search lies
-  within 1 % of ours. End to end the two can differ by more than rounding for a reason outside the theorem: at
-  fractional orders dp-accounting bounds the subsampled Gaussian's series by its absolute values where Opacus (and
-  this book) sums it exactly, so its per-run curve is up to ~0.4 % higher there (``tests/test_accounting.py``).
+  {1, 2, 4, 8}, mean G in {10, 45, 90}; at G = 1 nothing is selected): the sigma dp-accounting's accountant needs
+  for the same search lies within 1 % of ours. End to end the two can differ by more than rounding for a reason
+  outside the theorem: at fractional orders dp-accounting bounds the subsampled Gaussian's series by its absolute
+  values where Opacus (and this book) sums it exactly, so its per-run curve is up to ~0.4 % higher there
+  (``tests/test_accounting.py``).
 """
 
 import math
@@ -60,7 +61,9 @@ def test_the_transform_is_never_below_dp_accountings(distribution, history, mean
     assert np.allclose(ours, theirs, rtol=1e-9, atol=1e-12)
 
 
-CELLS = [(name, eps, G) for name in DCSGD_SETTINGS for eps in (1.0, 2.0, 4.0, 8.0) for G in (1, 10, 45, 90)]
+#: The calibration table's cells with a search (G = 1 is one run, nothing selected: every protocol is the single run,
+#: whose accountant tests/test_accounting.py cross-checks against dp-accounting).
+CELLS = [(name, eps, G) for name in DCSGD_SETTINGS for eps in (1.0, 2.0, 4.0, 8.0) for G in (10, 45, 90)]
 
 
 @pytest.mark.parametrize("name, epsilon, G", CELLS)
@@ -74,7 +77,7 @@ def test_calibration_table_matches_dp_accounting(name, epsilon, G):
 
 
 @pytest.mark.parametrize("distribution", ["poisson", "geometric"])
-@pytest.mark.parametrize("epsilon, G", [(1.0, 10), (2.0, 10), (4.0, 45), (8.0, 90)])
+@pytest.mark.parametrize("epsilon, G", [(1.0, 10), (8.0, 90)])
 def test_other_distributions_match_dp_accounting_on_mnist(distribution, epsilon, G):
     s = DCSGD_SETTINGS["mnist"]
     sigma = calibrate_sigma(epsilon, s.delta, s.sample_rate, s.steps, G, "ps", distribution=distribution)

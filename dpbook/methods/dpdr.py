@@ -254,11 +254,8 @@ class DPDR(Method):
         (True, 3.0, True)
         """
         ratio = checks.positive("sigma_alpha_ratio (sigma_alpha / sigma_perp)", sigma_alpha_ratio)
-        sigma_perp, sigma_alpha = plan.sigma, ratio * plan.sigma
-        sigma_g = calibrate_sigma_g(plan.charge_limit, sigma_perp=sigma_perp, sigma_alpha=sigma_alpha,
-                                    s=hyperparameters.get("s", 50), sample_rate=plan.sample_rate, steps=plan.steps,
-                                    delta=plan.delta, accountant=plan.accountant, charge=plan.charge)
-        return cls(sigma_perp=sigma_perp, sigma_alpha=sigma_alpha, sigma_g=sigma_g, **hyperparameters)
+        sigma_g = _sigma_g(plan, ratio, hyperparameters.get("s", 50))
+        return cls(sigma_perp=plan.sigma, sigma_alpha=ratio * plan.sigma, sigma_g=sigma_g, **hyperparameters)
 
     def __init__(self, *, C_perp: float, C_alpha: float, sigma_perp: float, sigma_alpha: float, C_g: float,
                  sigma_g: float, s: int = 50):
@@ -432,6 +429,15 @@ def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_al
 
 
 @functools.lru_cache(maxsize=1024)  # a chapter builds DPDR for every C of its grid at the same noise
+@functools.lru_cache(maxsize=1024)  # a grid repeats each s across its clipping bounds
+def _sigma_g(plan, ratio: float, s: int) -> float:
+    """The sigma_g of :meth:`DPDR.from_plan`: the run's exact history charged as ``plan`` charges it, at most what
+    a DP-SGD run at ``plan.sigma`` is charged."""
+    return calibrate_sigma_g(plan.charge_limit, sigma_perp=plan.sigma, sigma_alpha=ratio * plan.sigma, s=s,
+                             sample_rate=plan.sample_rate, steps=plan.steps, delta=plan.delta,
+                             accountant=plan.accountant, charge=plan.charge)
+
+
 def calibrate_sigma_g(target_epsilon: float, *, sigma_perp: float, sigma_alpha: float, s: int, sample_rate: float,
                       steps: int, delta: float, accountant: str = "rdp", epsilon_tolerance: float = 1e-4,
                       charge: Callable[[list], float] | None = None) -> float:
