@@ -114,8 +114,9 @@ def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[
 
 def plot_accuracy(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], *, delta: str,
                   title: str):
-    """Test accuracy (mean ± std) against epsilon, one panel per protocol, one colour per method."""
-    fig, axs = plt.subplots(1, len(PROTOCOLS), figsize=(13, 4.6), sharey=True, layout="constrained")
+    """Test accuracy (mean ± std) against epsilon, one panel per protocol (two by two), one colour per method."""
+    fig, axs = plt.subplots(2, 2, figsize=(11, 8.4), sharey=True, layout="constrained")
+    axs = axs.ravel()
     for ax, protocol in zip(axs, PROTOCOLS):
         for m in methods:
             points = [(e, *results.mean_std([100 * v for v in the_cells[(m, e, protocol)]["values"]])[:2])
@@ -128,7 +129,8 @@ def plot_accuracy(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[f
         ax.set_xlabel(f"privacy budget ε ({delta})")
         ax.set_title(f"protocol '{protocol}'")
         ax.grid(alpha=0.3)
-    axs[0].set_ylabel("test accuracy (%), mean ± std")
+    for ax in axs[::2]:
+        ax.set_ylabel("test accuracy (%), mean ± std")
     legend_below(fig, axs, ncols=6)
     fig.suptitle(title)
     return fig
