@@ -42,14 +42,15 @@ from __future__ import annotations
 __all__ = [
     "ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "calibrate", "epsilon", "epsilon_of_history", "noise_multiplier",
     "PrivacyLedger", "sigma_T", "sigma_delta", "sigma_eff", "OPACUS_ORDERS", "LOW_ORDERS", "MAX_ORDER",
-    "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "rdp_at_orders", "epsilon_of_rdp", "Segment", "check_segment",
+    "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "CurveMap", "check_interior", "released", "rdp_at_orders",
+    "epsilon_of_rdp", "Segment", "check_segment",
     "check_accountant"
 ]
 
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -166,40 +167,74 @@ def epsilon_of_rdp(rdp: np.ndarray, orders: Sequence[float], delta: float) -> np
     return rdp - (math.log(delta) + np.log(a)) / (a - 1) + np.log((a - 1) / a)
 
 
-def _epsilon_at_orders(history: list[Segment], orders: tuple[float, ...], delta: float) -> np.ndarray:
-    """epsilon(alpha) of the composed history at each order."""
-    return epsilon_of_rdp(rdp_at_orders(history, orders), orders, delta)
+class CurveMap(Protocol):
+    """A map of RDP curves to RDP curves, order by order on a grid, that does not decrease where the curve grows (e.g.
+    :func:`dpbook.repeat_select.search_rdp`); :func:`rdp_optimum` minimises the conversion of its image."""
+
+    def __call__(self, rdp: np.ndarray, orders: tuple[float, ...]) -> np.ndarray: ...
+
+    def support(self, rdp: np.ndarray, orders: tuple[float, ...], i: int) -> Iterable[int]:
+        """The positions whose RDP values alone fix the image's value at position ``i``."""
 
 
-#: Opacus's integer orders (2, ..., 10, 12, ..., 63), each a finite sum; its 90 fractional orders are each a
-#: series (about 0.4 ms apiece, nine tenths of the grid's cost).
-_INTEGER_ORDERS: tuple[float, ...] = tuple(a for a in OPACUS_ORDERS if float(a).is_integer())
-_IS_INTEGER = np.array([float(a).is_integer() for a in OPACUS_ORDERS])
-#: For each of Opacus's orders, the position of the integer order at or below it (-1 below 2).
-_FLOOR = np.array([_INTEGER_ORDERS.index(math.floor(a)) if math.floor(a) >= 2 else -1 for a in OPACUS_ORDERS])
+class _Identity:
+    """The RDP curve itself."""
+
+    def __call__(self, rdp, orders):
+        return rdp
+
+    def support(self, rdp, orders, i):
+        return (i,)
 
 
-def _epsilon_at_opacus_orders(history: list[Segment], delta: float) -> np.ndarray:
-    """epsilon(alpha) at Opacus's orders, +inf at the fractional orders that cannot attain the minimum.
+class _LazyCurve:
+    """The RDP curve of a validated history on a grid, evaluated at the integer orders (each a finite sum) and, on
+    demand, at the fractional ones (each a series: about 0.4 ms, nine tenths of Opacus's grid's cost). ``known``
+    (order -> RDP) is shared as the grid grows. Between evaluated orders the curve is bracketed: a Rényi divergence
+    does not decrease as the order grows (van Erven & Harremoës 2014, Thm. 3), so an unevaluated order's RDP lies
+    between the nearest evaluated ones below (0 if none) and above (inf if none), widened by 1e-9 (the series'
+    rounding)."""
 
-    The RDP of a history does not decrease as alpha grows (a Rényi divergence does not: van Erven & Harremoës
-    2014, Thm. 3), so at a fractional alpha it is at least the RDP at the integer order below (at least 0 below
-    2), and epsilon(alpha) at least that plus the conversion term. The integer orders are evaluated first; a
-    fractional order is evaluated unless that lower bound exceeds their minimum, so the minimum over the grid and
-    the order that attains it are the full grid's, bit for bit (every array has the full grid's length, as in
-    Opacus).
-    """
-    integer_rdp = rdp_at_orders(history, _INTEGER_ORDERS)
-    rdp = np.where(_FLOOR >= 0, integer_rdp[_FLOOR], 0.0)  # exact at the integer orders, a lower bound elsewhere
-    lower = epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
-    best = np.nanmin(lower[_IS_INTEGER]) if not np.isnan(lower[_IS_INTEGER]).all() else np.inf
-    slack = 1e-9 * max(1.0, abs(best))  # the series' rounding: a near-tie is always evaluated
-    todo = ~_IS_INTEGER & ~(lower > best + slack)
-    if todo.any():
-        rdp[todo] = rdp_at_orders(history, tuple(a for a, wanted in zip(OPACUS_ORDERS, todo) if wanted))
-    eps = epsilon_of_rdp(rdp, OPACUS_ORDERS, delta)
-    eps[~_IS_INTEGER & ~todo] = np.inf
-    return eps
+    def __init__(self, history: list[Segment], orders: tuple[float, ...], known: dict[float, float]):
+        self.history, self.orders, self.known = history, orders, known
+        self.evaluate(a for a in orders if float(a).is_integer())
+
+    def evaluate(self, orders: Iterable[float]) -> None:
+        todo = sorted({a for a in orders if a not in self.known})
+        for chunk in ([a for a in todo if a < 64], [a for a in todo if a >= 64]):  # as _rdp_of_one_step splits
+            self.known.update(zip(chunk, rdp_at_orders(self.history, tuple(chunk)) if chunk else ()))
+
+    def missing(self, positions: Iterable[int]) -> list[float]:
+        return [self.orders[i] for i in positions if self.orders[i] not in self.known]
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds of the curve at every order, exact where evaluated."""
+        value = np.array([self.known.get(a, np.nan) for a in self.orders])
+        known = ~np.isnan(value)
+        below = np.maximum.accumulate(np.where(known, value, 0.0)) * (1 - 1e-9)
+        above = np.minimum.accumulate(np.where(known, value, np.inf)[::-1])[::-1] * (1 + 1e-9)
+        return np.where(known, value, below), np.where(known, value, above)
+
+
+def _pruned_minimum(curve: _LazyCurve, delta: float, curve_map: CurveMap) -> tuple[np.ndarray, int]:
+    """epsilon(alpha) of ``curve_map``'s image of ``curve`` at each order and the first order attaining the minimum,
+    with the full grid's minimum, order and value there, bit for bit, and as few fractional orders evaluated as that
+    allows.
+
+    Every step below rounds monotonically, so the image of the lower bounds converts to an epsilon curve below the
+    full grid's everywhere. Once the values that fix the image at its minimiser (its support) are all evaluated, that
+    curve's minimum is exact and its first minimiser is the full grid's. Until then, the support is evaluated, with
+    every order whose lower epsilon does not exceed the least upper one (where the minimum may lie)."""
+    orders = curve.orders
+    while True:
+        lower, upper = curve.bounds()
+        eps = epsilon_of_rdp(curve_map(lower, orders), orders, delta)
+        best = int(np.nanargmin(eps))
+        support = curve.missing(curve_map.support(lower, orders, best))
+        if not support:
+            return eps, best
+        ceiling = np.nanmin(epsilon_of_rdp(curve_map(upper, orders), orders, delta))
+        curve.evaluate(support + curve.missing(np.flatnonzero(eps <= ceiling)))
 
 
 @dataclass(frozen=True)
@@ -215,12 +250,15 @@ class RDPOptimum:
     edge: str | None
 
 
-def rdp_optimum(history: Sequence[Segment], delta: float) -> RDPOptimum:
-    r"""The RDP epsilon of a validated history at ``delta``, over an order grid grown until its optimum is interior.
+def rdp_optimum(history: Sequence[Segment], delta: float, curve_map: CurveMap | None = None,
+                orders: tuple[float, ...] = OPACUS_ORDERS) -> RDPOptimum:
+    r"""The RDP epsilon of a validated history at ``delta`` (of ``curve_map``'s image of its RDP curve, if given),
+    over an order grid grown until its optimum is interior.
 
-    Opacus's orders come first; while the best is the last order, the next chunk of :data:`HIGH_ORDER_CHUNKS` is
-    added; if it is the first (1.1), :data:`LOW_ORDERS` are. Where Opacus's grid holds the optimum, this is exactly
-    Opacus's ``RDPAccountant.get_epsilon``.
+    The grid starts as ``orders``; while the best is the last order, the next chunk of :data:`HIGH_ORDER_CHUNKS` is
+    added; if it is the first (1.1), :data:`LOW_ORDERS` are. A fractional order is evaluated only where it can
+    matter (:class:`_LazyCurve`): the answer is the full grid's, bit for bit, so that where Opacus's grid holds the
+    optimum this is exactly Opacus's ``RDPAccountant.get_epsilon``.
 
     >>> q, T = 256 / 60000, 2340                        # MNIST, 10 epochs; LT's per-run delta_1 ~ 1e-17
     >>> opt = rdp_optimum([(3.0, q, T)], 1e-17)
@@ -229,23 +267,45 @@ def rdp_optimum(history: Sequence[Segment], delta: float) -> RDPOptimum:
     >>> rdp_optimum([(1.5, 0.04, 2250)], 1e-5)          # inside Opacus's grid: Opacus's answer
     RDPOptimum(epsilon=7.3291111714386545, order=3.9, edge=None)
     """
-    orders = OPACUS_ORDERS
-    eps = _epsilon_at_opacus_orders(history, delta)
+    curve_map = curve_map or _Identity()
+    known: dict[float, float] = {}
     chunks = iter(HIGH_ORDER_CHUNKS)
     while True:
-        best = int(np.nanargmin(eps))
+        eps, best = _pruned_minimum(_LazyCurve(list(history), orders, known), delta, curve_map)
         if best == len(orders) - 1 and orders[-1] < MAX_ORDER:
-            chunk = next(chunks)
-            eps = np.concatenate([eps, _epsilon_at_orders(history, chunk, delta)])
-            orders = orders + chunk
+            orders = orders + next(chunks)
         elif best == 0 and orders[0] > LOW_ORDERS[0]:
-            eps = np.concatenate([_epsilon_at_orders(history, LOW_ORDERS, delta), eps])
             orders = LOW_ORDERS + orders
         else:
             break
     edge = "smallest" if best == 0 else "largest" if best == len(orders) - 1 else None
     # with orders above 1/delta the conversion can dip below 0: (0, delta)-DP is what it then certifies
     return RDPOptimum(max(0.0, float(eps[best])), float(orders[best]), edge)
+
+
+def check_interior(opt: RDPOptimum, subject: str, fix_largest: str) -> float:
+    """``opt.epsilon``, refused where the optimal order is at the end of the grown grid (privacy hygiene rule 9):
+    at the largest order the bound is valid but RDP cannot say how loose (``fix_largest`` says what to do); at the
+    smallest it is no meaningful guarantee."""
+    if opt.edge == "largest":
+        raise ValueError(
+            f"the RDP bound is optimal at the largest order evaluated (alpha = {MAX_ORDER}) for {subject}: epsilon is "
+            f"below {opt.epsilon:.3g} but RDP cannot certify how far below. {fix_largest}")
+    if opt.edge == "smallest":
+        raise ValueError(
+            f"the RDP bound is optimal at the smallest order evaluated (alpha = {LOW_ORDERS[0]}) for {subject}: its "
+            f"value {opt.epsilon:.3g} is no meaningful guarantee (this much privacy loss means the release is "
+            f"essentially not private). Use more noise.")
+    return opt.epsilon
+
+
+def released(history: list[Segment]) -> tuple[list[Segment], float | None]:
+    """The segments of a validated history that release something, and the epsilon of the history where it needs no
+    accountant: 0.0 if no segment releases (zero steps, or sigma = inf), inf if one releases without noise."""
+    history = [(s, q, t) for s, q, t in history if t > 0 and s != math.inf]
+    if not history:
+        return history, 0.0
+    return history, math.inf if any(s == 0 for s, _, _ in history) else None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -271,36 +331,19 @@ class _PRV(PRVAccountant):
         return Domain.create_aligned(-(max(L_max, eps_error) + 3), max(L_max, eps_error) + 3, mesh_size)
 
 
-def _rdp_checked(history: list[Segment], delta: float) -> float:
-    """The RDP epsilon, refused where the optimal order is at the end of the grown grid (privacy hygiene rule 9)."""
-    opt = rdp_optimum(history, delta)
-    if opt.edge == "largest":
-        raise ValueError(
-            f"the RDP bound is optimal at the largest order evaluated (alpha = {MAX_ORDER}) for history={history}, "
-            f"delta={delta!r}: epsilon is below {opt.epsilon:.3g} but RDP cannot certify how far below. Use "
-            f"accountant='prv', or less noise.")
-    if opt.edge == "smallest":
-        raise ValueError(
-            f"the RDP bound is optimal at the smallest order evaluated (alpha = {LOW_ORDERS[0]}) for "
-            f"history={history}, delta={delta!r}: its value {opt.epsilon:.3g} is no meaningful guarantee (this "
-            f"much privacy loss means the release is essentially not private). Use more noise.")
-    return opt.epsilon
-
-
 def _epsilon_checked(history: list[Segment], delta: float, accountant: str) -> float:
     """Epsilon of an already validated history (no warning filtered: the RDP grid contains the optimum)."""
-    history = [(s, q, t) for s, q, t in history if t > 0 and s != math.inf]  # these segments release nothing
-    if not history:
-        return 0.0
-    if any(s == 0 for s, _, _ in history):
-        return math.inf  # a release without noise is not private at any finite epsilon
+    history, trivial = released(history)
+    if trivial is not None:
+        return trivial
     if accountant == "prv":
         acc = _PRV()
         acc.history = list(history)
         with np.errstate(divide="ignore"):  # log(1 - q) = -inf at q = 1 is expected and harmless
             eps = acc.get_epsilon(delta=delta)
     else:
-        eps = _rdp_checked(history, delta)
+        eps = check_interior(rdp_optimum(history, delta), f"history={history}, delta={delta!r}",
+                             "Use accountant='prv', or less noise.")
     eps = float(eps)
     if math.isnan(eps):
         raise RuntimeError(f"the {accountant} accountant returned NaN for history={history}, delta={delta}")

@@ -84,7 +84,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpbook import accounting, checks
-from dpbook.accounting import HIGH_ORDER_CHUNKS, LOW_ORDERS, MAX_ORDER, OPACUS_ORDERS, RDPOptimum, Segment
+from dpbook.accounting import LOW_ORDERS, OPACUS_ORDERS, RDPOptimum, Segment
 
 
 def _tnb_mean(gamma: float, eta: float) -> float:
@@ -238,6 +238,25 @@ class RunCount:
         return k
 
 
+def _theorem(rdp: np.ndarray, a: np.ndarray, count: RunCount) -> tuple[np.ndarray, np.ndarray]:
+    r"""Theorem 6 (Poisson) or Theorem 2 at each order of ``a``, before the lowering; and, at each order, the position
+    of the order whose RDP fixes the added term (the best order for :math:`\hat\delta`; the best :math:`\hat\lambda`,
+    the same everywhere)."""
+    log_mean = math.log(count.actual_mean)
+    if count.is_poisson:
+        eps_hat = np.log1p(1 / (a - 1))  # the largest epsilon-hat Theorem 6 allows at each lambda
+        # the run's delta at eps_hat[i], from its RDP at every order j (Balle et al. 2020, Thm. 21, solved for delta)
+        log_delta = (a - 1) * (rdp - eps_hat[:, None] + np.log1p(-1 / a)) - np.log(a)
+        fixer = log_delta.argmin(axis=1)
+        delta_hat = np.minimum(1.0, np.exp(log_delta[np.arange(len(a)), fixer]))
+        return rdp + count.mean * delta_hat + log_mean / (a - 1), fixer
+    eta, gamma = count.shape, count.gamma
+    terms = (1 - 1 / a) * rdp - math.log(gamma) / a
+    best_hat = int(terms.argmin())
+    constant = (1 + eta) * terms[best_hat]  # minimised over lambda-hat
+    return rdp + constant + log_mean / (a - 1), np.full(len(a), best_hat)
+
+
 def search_rdp(rdp: np.ndarray, orders: tuple[float, ...], count: RunCount) -> np.ndarray:
     r"""The RDP curve of releasing the best of :math:`K \sim` ``count`` runs, each with the RDP curve ``rdp`` at
     ``orders`` (increasing, all > 1): Theorem 6 (Poisson) or Theorem 2 (truncated negative binomial), then lowered to
@@ -248,19 +267,25 @@ def search_rdp(rdp: np.ndarray, orders: tuple[float, ...], count: RunCount) -> n
     >>> (search_rdp(rdp, orders, RunCount.logarithmic(10)) - rdp).round(3).tolist()  # what the search adds
     [1.187, 1.125, 1.0, 0.824]
     """
-    a = np.asarray(orders, dtype=np.float64)
-    log_mean = math.log(count.actual_mean)
-    if count.is_poisson:
-        eps_hat = np.log1p(1 / (a - 1))  # the largest epsilon-hat Theorem 6 allows at each lambda
-        # the run's delta at eps_hat[i], from its RDP at every order j (Balle et al. 2020, Thm. 21, solved for delta)
-        log_delta = (a - 1) * (rdp - eps_hat[:, None] + np.log1p(-1 / a)) - np.log(a)
-        delta_hat = np.minimum(1.0, np.exp(log_delta.min(axis=1)))
-        out = rdp + count.mean * delta_hat + log_mean / (a - 1)
-    else:
-        eta, gamma = count.shape, count.gamma
-        constant = (1 + eta) * np.min((1 - 1 / a) * rdp - math.log(gamma) / a)  # minimised over lambda-hat
-        out = rdp + constant + log_mean / (a - 1)
+    out, _ = _theorem(rdp, np.asarray(orders, dtype=np.float64), count)
     return np.minimum.accumulate(out[::-1])[::-1]
+
+
+@dataclass(frozen=True)
+class _Search:
+    r""":func:`search_rdp` as a :class:`dpbook.accounting.CurveMap`: it grows with the run's curve, and its value at
+    an order is fixed by the run's RDP at the order at or above it that the lowering picks and at that order's
+    :math:`\hat\delta` or :math:`\hat\lambda` order."""
+
+    count: RunCount
+
+    def __call__(self, rdp: np.ndarray, orders: tuple[float, ...]) -> np.ndarray:
+        return search_rdp(rdp, orders, self.count)
+
+    def support(self, rdp: np.ndarray, orders: tuple[float, ...], i: int) -> tuple[int, int]:
+        out, fixer = _theorem(rdp, np.asarray(orders, dtype=np.float64), self.count)
+        lowest = i + int(out[i:].argmin())
+        return lowest, int(fixer[lowest])
 
 
 def _check_count(count) -> RunCount:
@@ -271,8 +296,8 @@ def _check_count(count) -> RunCount:
 
 def search_epsilon(history: list[Segment], delta: float, count: RunCount) -> RDPOptimum:
     r"""The :math:`(\varepsilon, \delta)` of releasing the best of :math:`K \sim` ``count`` runs whose ledger history
-    is ``history`` (``(sigma, q, steps)`` segments), over :mod:`dpbook.accounting`'s order grid grown until the optimum
-    is interior; ``edge`` says where it is not.
+    is ``history`` (``(sigma, q, steps)`` segments): :func:`dpbook.accounting.rdp_optimum` of :func:`search_rdp`'s
+    curve, on the low orders and Opacus's, grown until the optimum is interior; ``edge`` says where it is not.
 
     A run that releases nothing costs nothing, so does the search; a release without noise makes it infinite.
 
@@ -282,22 +307,7 @@ def search_epsilon(history: list[Segment], delta: float, count: RunCount) -> RDP
     """
     delta = checks.open_unit("delta", delta, "the delta of the whole search")
     count = _check_count(count)
-    history = [accounting.check_segment(seg, i) for i, seg in enumerate(history)]
-    history = [(s, q, t) for s, q, t in history if t > 0 and s != math.inf]
-    if not history:
-        return RDPOptimum(0.0, math.nan, None)
-    if any(s == 0 for s, _, _ in history):
-        return RDPOptimum(math.inf, math.nan, None)
-    chunks = [LOW_ORDERS, OPACUS_ORDERS]
-    rdp = [accounting.rdp_at_orders(history, chunk) for chunk in chunks]
-    more = iter(HIGH_ORDER_CHUNKS)
-    while True:
-        orders = sum(chunks, ())
-        eps = accounting.epsilon_of_rdp(search_rdp(np.concatenate(rdp), orders, count), orders, delta)
-        best = int(np.nanargmin(eps))
-        if best < len(orders) - 1 or orders[-1] >= MAX_ORDER:
-            break
-        chunks.append(next(more))
-        rdp.append(accounting.rdp_at_orders(history, chunks[-1]))
-    edge = "smallest" if best == 0 else "largest" if best == len(orders) - 1 else None
-    return RDPOptimum(max(0.0, float(eps[best])), float(orders[best]), edge)
+    history, trivial = accounting.released([accounting.check_segment(seg, i) for i, seg in enumerate(history)])
+    if trivial is not None:
+        return RDPOptimum(trivial, math.nan, None)
+    return accounting.rdp_optimum(history, delta, _Search(count), LOW_ORDERS + OPACUS_ORDERS)

@@ -171,12 +171,9 @@ def run_count(G: int, distribution: str = "logarithmic") -> RunCount:
 def _ps_epsilon(history, delta: float, count: RunCount) -> float:
     """What ``"ps"`` charges a search whose runs each have ``history``; refused where the optimal order is at the end
     of the grown grid (privacy hygiene rule 9)."""
-    opt = search_epsilon(history, delta, count)
-    if opt.edge is not None:
-        raise ValueError(f"the Papernot-Steinke bound for history={history}, delta={delta!r}, {count} is optimal at "
-                         f"the {opt.edge} RDP order evaluated ({opt.order:g}): no meaningful guarantee there. Use "
-                         f"more noise, or a larger epsilon.")
-    return opt.epsilon
+    return accounting.check_interior(search_epsilon(history, delta, count),
+                                     f"the Papernot-Steinke bound of history={history}, delta={delta!r}, {count}",
+                                     "Use less noise.")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -246,20 +246,19 @@ def _random_histories(n: int, seed: int = 0) -> list[tuple[list, float]]:
     ([(0.9, 1.0, 1)], 0.1),                   # one full-batch step, large delta: the optimum near 2
 ])
 def test_fractional_orders_skipped_only_where_they_cannot_be_the_minimum(history, delta):
-    """Opacus's grid with every order evaluated, and with the fractional orders a lower bound rules out skipped:
-    the same minimum and order, bit for bit, and every order evaluated has the full grid's value."""
-    full = accounting._epsilon_at_orders(history, accounting.OPACUS_ORDERS, delta)
-    fast = accounting._epsilon_at_opacus_orders(history, delta)
-    best = int(np.nanargmin(full))
-    assert int(np.nanargmin(fast)) == best and fast[best] == full[best]
-    evaluated = np.isfinite(fast)
-    assert np.array_equal(fast[evaluated], full[evaluated])
-    assert (full[~evaluated] > full[best]).all()
+    """Every order of Opacus's grid (and the low orders) evaluated, against the grid whose fractional orders are
+    evaluated only where a bound cannot rule them out: the same minimum and order, bit for bit."""
+    for orders in (accounting.OPACUS_ORDERS, accounting.LOW_ORDERS + accounting.OPACUS_ORDERS):
+        full = accounting.epsilon_of_rdp(accounting.rdp_at_orders(history, orders), orders, delta)
+        curve = accounting._LazyCurve(history, orders, {})
+        fast, best = accounting._pruned_minimum(curve, delta, accounting._Identity())
+        assert best == int(np.nanargmin(full)) and fast[best] == full[best]
 
 
 def test_the_fractional_orders_are_mostly_skipped_at_a_tuning_protocols_delta():
-    fast = accounting._epsilon_at_opacus_orders([(3.0, 256 / 60000, 2344)], 1e-17)  # optimum ~ 200
-    assert np.isinf(fast).sum() == 90  # no fractional order evaluated
+    curve = accounting._LazyCurve([(3.0, 256 / 60000, 2344)], accounting.OPACUS_ORDERS, {})  # optimum ~ 200
+    accounting._pruned_minimum(curve, 1e-17, accounting._Identity())
+    assert not [a for a in curve.known if not float(a).is_integer()]  # no fractional order evaluated
 
 
 def test_the_grids_ends_are_refused_not_hidden():

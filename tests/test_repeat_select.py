@@ -106,6 +106,32 @@ def test_a_single_run_at_sigma_1_on_mnist_and_the_best_of_ten():
     assert search_epsilon(history, s.delta, RunCount.logarithmic(10)).epsilon == pytest.approx(2.28, abs=0.005)
 
 
+def _full_grid_search_epsilon(history, delta, count):
+    """The search's epsilon with every order of the grid evaluated, grown as the accountant grows it."""
+    chunks = [accounting.LOW_ORDERS + accounting.OPACUS_ORDERS, *accounting.HIGH_ORDER_CHUNKS]
+    for n in range(1, len(chunks) + 1):  # each chunk on its own, as the accountant computes it
+        orders = sum(chunks[:n], ())
+        rdp = np.concatenate([accounting.rdp_at_orders(history, chunk) for chunk in chunks[:n]])
+        eps = accounting.epsilon_of_rdp(search_rdp(rdp, orders, count), orders, delta)
+        best = int(np.nanargmin(eps))
+        if best < len(orders) - 1:
+            break
+    return max(0.0, float(eps[best])), orders[best]
+
+
+@pytest.mark.parametrize("shape", [math.inf, 0.0, 1.0, 0.5])
+def test_pruned_orders_give_the_full_grids_answer_bit_for_bit(shape):
+    """The accountant evaluates a fractional order only where it can matter; the committed runs record sigmas
+    calibrated on the full grid, so the answer must be the full grid's exactly."""
+    rng = np.random.default_rng(7)
+    for _ in range(12):
+        history = [(float(10 ** rng.uniform(-0.5, 1.5)), float(min(1.0, 10 ** rng.uniform(-4, 0))),
+                    int(10 ** rng.uniform(0, 4.5))) for _ in range(rng.integers(1, 4))]
+        delta, count = float(10 ** rng.uniform(-17, -2)), RunCount(float(10 ** rng.uniform(0, 2.5)), shape)
+        opt = search_epsilon(history, delta, count)
+        assert (opt.epsilon, opt.order) == _full_grid_search_epsilon(history, delta, count)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The distributions
 # ----------------------------------------------------------------------------------------------------------------
