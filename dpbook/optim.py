@@ -39,6 +39,7 @@ from dpbook.methods.base import Method, MicroBatch, is_nonprivate
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import (
     BookKeeping,
+    NonFiniteGradientError,
     PerSampleGradients,
     Unsupported,
     check_finite,
@@ -168,25 +169,44 @@ class DPOptimizer:
     def _accumulate(self, acc: dict, x, y, index) -> None:
         """One micro-batch into the method's accumulators. Its per-sample tensors die when this returns: the
         next micro-batch's are formed without them (peak memory of one micro-batch, not two)."""
-        grads_at = functools.partial(self._grads_at, x, y)  # for methods that need other iterates
-        grads, norms, summed = self._norms_and_sums(x, y)
-        self.method.accumulate(acc, MicroBatch(x, y, grads, norms, grads_at, index, summed))
+        grads, norms, book_kept = self._norms_and_sums(x, y)
+        at = functools.partial(self._grads_at, x, y) if book_kept is None else functools.partial(self._pass_at, x, y)
+        mb = MicroBatch(x, y, grads, norms, at, index) if book_kept is None else \
+            MicroBatch(x, y, None, norms, None, index, book_kept, at)
+        self.method.accumulate(acc, mb)
 
     def _norms_and_sums(self, x, y):
-        """``(grads, norms, None)`` from ``vmap``, or ``(None, norms, summed)`` from Book-Keeping."""
+        """``(grads, norms, None)`` from ``vmap``, or ``(None, norms, pass)`` from Book-Keeping."""
         if self.book_keeping is not None:
             try:
-                norms, summed = self.book_keeping(x, y)
+                book_kept = self.book_keeping(x, y)
             except Exception as why:  # noqa: BLE001 -- vmap gives the same release, or the model's own error
                 reason = str(why) if isinstance(why, Unsupported) else f"{type(why).__name__}: {why}"
                 self._fall_back(f"Book-Keeping cannot handle this model exactly ({reason})")
             else:
-                if bool(torch.isfinite(norms).all()):
-                    return None, norms, summed
+                if bool(torch.isfinite(book_kept.norms).all()):
+                    return None, book_kept.norms, book_kept
                 grads, norms = self._per_sample_checked(x, y)  # NonFiniteGradientError names the parameter
                 self._fall_back("Book-Keeping's norms overflowed where the per-sample gradients did not")
                 return grads, norms, None
         return *self._per_sample_checked(x, y), None
+
+    def _pass_at(self, x, y, params):
+        """The Book-Keeping pass of ``(x, y)`` at ``params``: the model's parameters point at them for the pass
+        (no copy, no gradient), and back at their own values after it; NaN/inf is an error."""
+        own = [p.data for p in self.params]
+        try:
+            for p, value in zip(self.params, params):
+                p.data = value
+            book_kept = self.book_keeping(x, y)
+        finally:
+            for p, value in zip(self.params, own):
+                p.data = value
+        if not bool(torch.isfinite(book_kept.norms).all()):
+            self._per_sample_checked(x, y, params)  # NonFiniteGradientError names the parameter
+            raise NonFiniteGradientError("Book-Keeping's per-sample norms at the other parameter values overflowed "
+                                         "where the per-sample gradients did not; use per_sample='vmap'")
+        return book_kept
 
     def _fall_back(self, why: str) -> None:
         warnings.warn(f"{why}; this run uses the vmap per-sample gradients (same result, slower)", stacklevel=4)

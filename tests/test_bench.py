@@ -51,14 +51,15 @@ def test_micro_batches_cover_the_logical_batch():
 
 def test_methods_table_and_search_share():
     times = bench.method_times("mnist_cnn", 16, 1, torch.device("cpu"))
-    assert set(times) == {*bench.SCALED_SUMS, "dcsgd-e threshold search"}
+    assert set(times) == {*bench.BENCH_METHODS, *(f"{m} (vmap)" for m in bench.BENCH_METHODS),
+                          "dcsgd-e threshold search"}
     text = bench.tables({"cells": [], "methods": [{"model": "mnist_cnn", "B": 16, "ms": times}]})
-    assert all(f"| {m} |" in text for m in bench.SCALED_SUMS) and "DC-SGD-E's threshold search" in text
+    assert all(f"| {m} |" in text for m in bench.BENCH_METHODS) and "DC-SGD-E's threshold search" in text
 
 
-def test_the_scaled_sums_of_the_bench_are_the_engines():
+def test_the_bench_times_every_minibatch_method():
     from dpbook.methods import METHODS
-    assert set(bench.SCALED_SUMS) == {n for n, cls in METHODS.items() if not cls.per_sample_vectors}
+    assert set(bench.BENCH_METHODS) == {n for n, cls in METHODS.items() if not cls.full_batch}
 
 
 RECORD = Path(__file__).resolve().parents[1] / "data" / "results" / "bench" / "analysis" / "cpu.json"

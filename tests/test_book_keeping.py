@@ -18,7 +18,7 @@ from dpbook import data, models
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.methods import METHODS, make_method
 from dpbook.optim import DPOptimizer
-from dpbook.per_sample import BookKeeping, PerSampleGradients, flat_norms, layers, weighted_sum
+from dpbook.per_sample import BookKeeping, Pass, PerSampleGradients, flat_norms, layers, weighted_sum
 from tests.reference import NoNoise, batch, flat_norm, per_example_gradients, tiny_cnn
 
 F = nn.functional.cross_entropy
@@ -26,13 +26,51 @@ DTYPE = torch.float64  # float64 on both sides: only the algorithms are compared
 
 
 def compare(model, x, y, *, rtol=1e-9):
-    """Book-Keeping's norms and a random re-weighted sum equal vmap's."""
-    norms, summed = BookKeeping(model, F)(x, y)
+    """Book-Keeping's norms and a random re-weighted sum equal vmap's, and so do its vector queries."""
+    out = BookKeeping(model, F)(x, y)
+    norms, summed = out.norms, out.summed
     grads = PerSampleGradients(model, F)(x, y)
     torch.testing.assert_close(norms, flat_norms(grads), rtol=rtol, atol=1e-12)
     w = torch.rand(len(x), generator=torch.Generator().manual_seed(0), dtype=norms.dtype)
     for got, expected in zip(summed(w), weighted_sum(grads, w)):
         torch.testing.assert_close(got, expected, rtol=rtol, atol=1e-12 * (1 + float(expected.abs().max())))
+    check_vector_queries(model, x, y, out, grads, rtol=rtol)
+
+
+def check_vector_queries(model, x, y, out, grads, *, rtol=1e-9):
+    """Each parameter's per-sample squared norms and inner products with random tensors, and the norms and sums of
+    linear combinations with passes at perturbed parameters (DPDR's, DIFF's, DIFF2's and DP-PSASC*'s queries),
+    equal those of the per-sample gradients ``grads``."""
+    g = torch.Generator().manual_seed(1)
+    params = [p for p in model.parameters() if p.requires_grad]
+    atol = 1e-12 * (1 + float(out.layer_sq_norms().max()))
+    expected = torch.stack([gr.flatten(1).square().sum(1) for gr in grads], 1)
+    torch.testing.assert_close(out.layer_sq_norms(), expected, rtol=rtol, atol=atol)
+    V = [torch.randn(p.shape, generator=g, dtype=p.dtype) for p in params]
+    expected = torch.stack([gr.flatten(1) @ v.flatten() for gr, v in zip(grads, V)], 1)
+    atol_inner = 1e-12 * (1 + float(expected.abs().max()))
+    torch.testing.assert_close(out.inner(V), expected, rtol=rtol, atol=atol_inner)
+    passes, references = [out], [grads]
+    for scale in (0.001, 0.3):  # two other parameter values, near (a difference that cancels) and far
+        values = [p.detach() + scale * torch.randn(p.shape, generator=g, dtype=p.dtype) for p in params]
+        own = [p.data for p in params]
+        for p, v in zip(params, values):  # as the engine's pass at other values (DPOptimizer._pass_at)
+            p.data = v
+        try:
+            passes.append(BookKeeping(model, F)(x, y))
+        finally:
+            for p, v in zip(params, own):
+                p.data = v
+        references.append(PerSampleGradients(model, F)(x, y, values))
+    w = torch.rand(len(x), generator=g, dtype=DTYPE)
+    for coefficients in ([1.0, -1.0], [1.0, 0.5, 0.25]):  # DIFF2's difference, DP-PSASC*'s inner momentum
+        combined = Pass.combined(list(zip(coefficients, passes)))
+        m = [sum(c * r[j] for c, r in zip(coefficients, references)) for j in range(len(grads))]
+        expected = torch.stack([mj.flatten(1).square().sum(1) for mj in m], 1)
+        torch.testing.assert_close(combined.layer_sq_norms(), expected, rtol=rtol, atol=atol)
+        torch.testing.assert_close(combined.norms, flat_norms(m), rtol=rtol, atol=atol ** 0.5)
+        for got, want in zip(combined.summed(w), weighted_sum(m, w)):
+            torch.testing.assert_close(got, want, rtol=rtol, atol=1e-12 * (1 + float(want.abs().max())))
 
 
 def images(n, shape, classes=10, seed=0):
@@ -91,7 +129,8 @@ def test_tiny_bert_head_with_frozen_embeddings():
 def test_against_the_one_example_loop():
     """An independent oracle as well: plain autograd, one example at a time."""
     model, (x, y) = tiny_cnn(dtype=DTYPE), batch(6, dtype=DTYPE)
-    norms, summed = BookKeeping(model, F)(x, y)
+    out = BookKeeping(model, F)(x, y)
+    norms, summed = out.norms, out.summed
     loop = per_example_gradients(model, x, y)
     torch.testing.assert_close(norms, torch.tensor([flat_norm(g) for g in loop], dtype=DTYPE), rtol=1e-10, atol=0)
     w = torch.linspace(0.1, 1.0, 6, dtype=DTYPE)
@@ -126,13 +165,15 @@ def check_layer(layer, x, monkeypatch, *, ghost=None, grouped=None):
     torch.manual_seed(1)
     model = Head(layer, out_numel).to(DTYPE)
     y = torch.arange(len(x)) % 3
-    norms, summed = BookKeeping(model, F)(x, y)
+    out = BookKeeping(model, F)(x, y)
+    norms, summed = out.norms, out.summed
     loop = per_example_gradients(model, x, y)
     torch.testing.assert_close(norms, torch.tensor([flat_norm(g) for g in loop], dtype=DTYPE), rtol=1e-9, atol=1e-12)
     w = torch.rand(len(x), dtype=DTYPE)
     for j, got in enumerate(summed(w)):
         expected = sum(wi * g[j] for wi, g in zip(w, loop))
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12 * (1 + float(expected.abs().max())))
+    check_vector_queries(model, x, y, out, PerSampleGradients(model, F)(x, y))
 
 
 @settings(max_examples=25, deadline=None)
@@ -227,11 +268,13 @@ def test_a_layer_called_twice(monkeypatch):
 
 # --- the engine: every scaled-sum method, micro-batching, frozen layers, empty batches --------------------------
 
-SCALED_SUMS = sorted(name for name, cls in METHODS.items() if not cls.per_sample_vectors)
+FAST = sorted(name for name, cls in METHODS.items() if not cls.per_sample_vectors)
 
 
-def test_the_scaled_sum_methods_are_those_of_the_issue():
-    assert SCALED_SUMS == ["adaclip", "autos", "dcsgd-e", "dcsgd-p", "dpsgd", "dynamic", "psac", "psasc"]
+def test_every_method_but_the_full_batch_momentum_takes_the_fast_path():
+    """DP-PSASC*'s full-batch variant keeps an exponential average per training example across steps: N vectors of
+    the model's size, a state no pass can recompute."""
+    assert FAST == sorted(set(METHODS) - {"psasc-momentum-gd"})
 
 
 def engine_run(name, per_sample, *, sizes, micro_batch_size=None, freeze=False, q=0.1):
@@ -247,10 +290,10 @@ def engine_run(name, per_sample, *, sizes, micro_batch_size=None, freeze=False, 
     return [p.detach() for p in model.parameters()], infos, engine
 
 
-@pytest.mark.parametrize("name", SCALED_SUMS)
+@pytest.mark.parametrize("name", FAST)
 @pytest.mark.parametrize("micro_batch_size,freeze", [(None, False), (2, False), (3, True)],
                          ids=["whole", "micro-batches", "frozen"])
-def test_release_equals_vmap_for_every_scaled_sum_method(name, micro_batch_size, freeze):
+def test_release_equals_vmap_for_every_fast_method(name, micro_batch_size, freeze):
     sizes = (7, 0, 5, 6)  # an empty batch among them
     runs = [engine_run(name, per_sample, sizes=sizes, micro_batch_size=micro_batch_size, freeze=freeze)
             for per_sample in ("book-keeping", "vmap")]
@@ -265,20 +308,22 @@ def test_release_equals_vmap_for_every_scaled_sum_method(name, micro_batch_size,
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
-def test_auto_picks_book_keeping_exactly_for_the_scaled_sums(name):
+def test_auto_picks_book_keeping_exactly_for_the_fast_methods(name):
     hyperparameters = SCENARIOS[name].hyperparameters
     model = tiny_cnn()
     q = 1.0 if METHODS[name].full_batch else 0.1
     engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method(name, **hyperparameters),
                          sample_rate=q, expected_batch_size=8)
-    assert (engine.book_keeping is not None) == (name in SCALED_SUMS)
+    assert (engine.book_keeping is not None) == (name in FAST)
 
 
 def test_book_keeping_is_refused_for_a_method_that_reads_the_vectors():
     model = tiny_cnn()
-    with pytest.raises(ValueError, match=r"'diff' reads the per-sample gradient vectors.*per_sample='vmap'"):
-        DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method("diff", C_d=1.0, sigma=1.0),
-                    sample_rate=0.1, expected_batch_size=8, per_sample="book-keeping")
+    method = make_method("psasc-momentum-gd", **SCENARIOS["psasc-momentum-gd"].hyperparameters)
+    match = r"'psasc-momentum-gd' reads the per-sample gradient vectors.*per_sample='vmap'"
+    with pytest.raises(ValueError, match=match):
+        DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=1.0,
+                    expected_batch_size=8, per_sample="book-keeping")
 
 
 def test_a_misspelt_engine_is_named():
@@ -519,7 +564,8 @@ def test_half_precision_steps_aside():
 
 def test_an_empty_batch():
     model = tiny_cnn()
-    norms, summed = BookKeeping(model, F)(*batch(0))
+    out = BookKeeping(model, F)(*batch(0))
+    norms, summed = out.norms, out.summed
     assert norms.shape == (0,) and all(not s.any() for s in summed(torch.zeros(0)))
 
 

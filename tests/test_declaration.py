@@ -65,7 +65,8 @@ print(json.dumps({
     "registered": "toy" in dpbook.methods.METHODS, "last": dpbook.methods.in_book_order()[-1],
     "scenario": SCENARIOS["toy"].state, "audit_sensitivity": result.sensitivity, "flagged": result.flagged,
     "digits": digits_benchmark.GRIDS["toy"], "mnist5k": mnist5k_benchmark.GRIDS["toy"],
-    "planned": [r.hyperparameters for r in runs][:2], "colour": method_colour("toy"), "bench": list(bench.SCALED_SUMS),
+    "planned": [r.hyperparameters for r in runs][:2], "colour": method_colour("toy"),
+    "bench": list(bench.BENCH_METHODS),
 }))
 '''
 

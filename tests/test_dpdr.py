@@ -264,7 +264,7 @@ def test_s_equal_1_is_dpsgd():
     from dpbook.methods import DPSGD
 
     m1, e1, _ = run_engine(DPDR(C_perp=1, C_alpha=1, sigma_perp=1, sigma_alpha=1, C_g=0.7, sigma_g=1.3, s=1), 3)
-    m2, e2, _ = run_engine(DPSGD(C=0.7, sigma=1.3), 3, per_sample="vmap")  # the same engine: bit for bit
+    m2, e2, _ = run_engine(DPSGD(C=0.7, sigma=1.3), 3)  # the same engine and path: bit for bit
     assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
     assert e1.ledger.history == e2.ledger.history == [(1.3, 0.1, 3)]
 

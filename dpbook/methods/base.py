@@ -55,7 +55,8 @@ import torch
 from dpbook import checks
 from dpbook.accounting import sigma_eff
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import Grads, weighted_sum
+from dpbook.per_sample import Combination, Grads, Pass, flat_norms, inner_products, layer_sq_norms, weighted_sum
+from dpbook.per_sample.layers import combination
 from dpbook.tuning import TuningPlan
 
 NONPRIVATE_PREFIX = "nonprivate/"
@@ -79,34 +80,67 @@ def is_nonprivate(key: str) -> bool:
 
 @dataclass
 class MicroBatch:
-    """What a method sees of one physical micro-batch of the logical (Poisson) batch.
+    r"""What a method sees of one physical micro-batch of the logical (Poisson) batch.
 
     ``grads`` holds the per-sample gradients when the engine formed them (``vmap``), and is None on the
-    Book-Keeping path, which gives only the norms and :meth:`weighted_sum` (a method that reads ``grads`` declares
-    ``per_sample_vectors = True``, and the engine then always forms them).
+    Book-Keeping path, where ``book_kept`` holds the pass (:class:`~dpbook.per_sample.book_keeping.Pass`). The
+    methods below answer from either: :meth:`weighted_sum`, :meth:`layer_sq_norms`, :meth:`inner`, :meth:`at` (the
+    same examples at other parameter values) and :meth:`combine` (a linear combination of such micro-batches). A
+    method that reads ``grads`` itself
+    declares ``per_sample_vectors = True``, and the engine then always forms them.
     """
 
     x: torch.Tensor
     y: torch.Tensor
     grads: Grads | None  # per-sample gradients at the current parameters, one tensor (n, *shape) per parameter
     norms: torch.Tensor  # their flat L2 norms, shape (n,)
-    grads_at: Callable[[Sequence[torch.Tensor]], Grads]  # per-sample gradients at other parameter values
+    grads_at: Callable[[Sequence[torch.Tensor]], Grads] | None  # per-sample gradients at other parameter values
     # The examples' indices in the training set, shape (n,), when the caller passes them to the engine
     # (``DPOptimizer.step(x, y, index=...)``; ``Trainer`` does). Methods with per-example state across steps need
     # them (DP-PSASC's Algorithm 2, ``psasc_momentum_gd.py``); the others ignore them.
     index: torch.Tensor | None = None
-    # sum_i w_i g_i from the layers' stored tensors (dpbook.per_sample.book_keeping), when grads is None: it
-    # yields one parameter's sum at a time, in order.
-    summed: Callable[[torch.Tensor], Iterable[torch.Tensor]] | None = None
+    book_kept: Pass | Combination | None = None  # the Book-Keeping pass (or combination), when grads is None
+    pass_at: Callable[[Sequence[torch.Tensor]], Pass] | None = None  # its pass at other parameter values
 
     @property
     def n(self) -> int:
         return len(self.norms)
 
     def weighted_sum(self, weights: torch.Tensor) -> Iterable[torch.Tensor]:
-        r""":math:`\sum_i w_ig_i` for each parameter in order, from ``grads`` or from the Book-Keeping path's stored
+        r""":math:`\sum_i w_ig_i` for each parameter in order, from ``grads`` or from the Book-Keeping pass's stored
         tensors (then one parameter at a time: add each into an accumulator, as :meth:`ScaledSum.accumulate`)."""
-        return weighted_sum(self.grads, weights) if self.summed is None else self.summed(weights)
+        return weighted_sum(self.grads, weights) if self.book_kept is None else self.book_kept.summed(weights)
+
+    def layer_sq_norms(self) -> torch.Tensor:
+        r""":math:`\lVert g_i^{(l)}\rVert^2` for each example and parameter tensor :math:`l`, shape ``(n, m)``."""
+        return layer_sq_norms(self.grads) if self.book_kept is None else self.book_kept.layer_sq_norms()
+
+    def inner(self, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
+        r""":math:`\langle g_i^{(l)}, v^{(l)}\rangle` with one fixed tensor ``vectors[l]`` per parameter, shape
+        ``(n, m)``."""
+        return inner_products(self.grads, vectors) if self.book_kept is None else self.book_kept.inner(vectors)
+
+    def at(self, params: Sequence[torch.Tensor]) -> "MicroBatch":
+        """The same examples' per-sample gradients at other parameter values (``params``, one per trainable
+        parameter): DIFF2's previous iterate."""
+        if self.book_kept is not None:
+            other = self.pass_at(params)
+            return MicroBatch(self.x, self.y, None, other.norms, None, self.index, other)
+        grads = self.grads_at(params)
+        return MicroBatch(self.x, self.y, grads, flat_norms(grads), None, self.index)
+
+    @staticmethod
+    def combine(terms: Sequence[tuple[float, "MicroBatch"]]) -> "MicroBatch":
+        r"""The micro-batch of :math:`m_i = \sum_jc_jg_i^{(j)}`, ``terms`` the pairs :math:`(c_j, \text{micro-batch}_j)`
+        of the same examples at several parameter values (the first and :meth:`at`): DIFF2's difference, DP-PSASC*'s
+        inner momentum. Its ``norms`` and :meth:`weighted_sum` are :math:`m_i`'s: formed on the ``vmap`` path, from the
+        passes' stored tensors on the Book-Keeping path (:class:`~dpbook.per_sample.book_keeping.Combination`)."""
+        first = terms[0][1]
+        if first.book_kept is not None:
+            m = Pass.combined([(c, t.book_kept) for c, t in terms])
+            return MicroBatch(first.x, first.y, None, m.norms, None, first.index, m)
+        grads = [combination(parts, [c for c, _ in terms]) for parts in zip(*(t.grads for _, t in terms))]
+        return MicroBatch(first.x, first.y, grads, flat_norms(grads), None, first.index)
 
 
 @dataclass(frozen=True)

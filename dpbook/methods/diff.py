@@ -57,7 +57,7 @@ __all__ = ["DIFF", "DIFF2", "diff2_history"]
 import abc
 import functools
 import math
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 
@@ -69,7 +69,7 @@ from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario, zeros
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors, flat_norms, weighted_sum
+from dpbook.per_sample import Grads, NonFiniteGradientError, clip_factors
 from dpbook.tuning import grid_product
 
 
@@ -79,6 +79,10 @@ class _DifferenceMethod(Method):
     The carried estimate ``previous`` (``g~_{t-1}`` for DIFF, ``v_{t-1}`` for DIFF2) is kept divided by B, as the
     engine's optimizer sees it; the released *sum* is ``noisy sum of differences + B * previous``.
     """
+
+    #: norms, inner products with the carried estimate (DIFF), differences between two passes (DIFF2) and
+    #: re-weighted sums: the engine's Book-Keeping path gives them all
+    per_sample_vectors: ClassVar[bool] = False
 
     def __init__(self, *, C_d: float, sigma: float, C_g: float | None):
         super().__init__()
@@ -112,13 +116,15 @@ class _DifferenceMethod(Method):
     def start(self, params: Sequence[torch.Tensor]) -> dict:
         return {"sum": [torch.zeros_like(p) for p in params], "n": 0, "norm": 0.0, "difference": 0.0, "clipped": 0}
 
-    def _add(self, acc: dict, mb: MicroBatch, grads: Grads, c: torch.Tensor, diff_norms: torch.Tensor | None):
+    def _add(self, acc: dict, mb: MicroBatch, c: torch.Tensor, diff_norms: torch.Tensor | None,
+             contributions: MicroBatch | None = None):
+        r"""Diagnostics of ``mb``, and :math:`\sum_ic_ix_i` of ``contributions`` (default ``mb``) into the sum."""
         acc["n"] += mb.n  # diagnostics are summed as tensors (no device synchronisation) and read in release
         acc["norm"] = acc["norm"] + mb.norms.sum()
         acc["clipped"] = acc["clipped"] + (c < 1).sum()
         if diff_norms is not None:
             acc["difference"] = acc["difference"] + diff_norms.sum()
-        for total, part in zip(acc["sum"], weighted_sum(grads, c)):
+        for total, part in zip(acc["sum"], (contributions or mb).weighted_sum(c)):
             total.add_(part)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
@@ -226,16 +232,16 @@ class DIFF(_DifferenceMethod):
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
         if self.is_restart():  # DP-SGD: sum_i g_i min(1, C_g / ||g_i||)
-            self._add(acc, mb, mb.grads, clip_factors(mb.norms, self.C_g), None)
+            self._add(acc, mb, clip_factors(mb.norms, self.C_g), None)
             return
         v = self.previous                                                            # g~_{t-1}
         v_sq = sum(x.pow(2).sum() for x in v)
-        inner = sum(g.flatten(1) @ x.flatten() for g, x in zip(mb.grads, v))          # <g_i, g~_{t-1}>
+        inner = mb.inner(v).sum(1)                                                   # <g_i, g~_{t-1}>
         diff_sq = (mb.norms.pow(2) - 2 * inner + v_sq).clamp(min=0)                  # ||g_i - g~_{t-1}||^2
         slack = self._tau * (mb.norms + v_sq.sqrt()).pow(2)                          # rounding guard (dpdr docs)
         c = clip_factors((diff_sq + slack).sqrt(), self.C_d)                     # min(1, C_d/||g_i - g~||)
         acc["c_total"] += c.sum()                                                    # sum_i c_i
-        self._add(acc, mb, mb.grads, c, diff_sq.sqrt())
+        self._add(acc, mb, c, diff_sq.sqrt())
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         if not self.is_restart():  # sum_i c_i (g_i - g~_{t-1}) = sum_i c_i g_i - (sum_i c_i) g~_{t-1}
@@ -352,14 +358,13 @@ class DIFF2(_DifferenceMethod):
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
         if self.is_restart():
-            self._add(acc, mb, mb.grads, clip_factors(mb.norms, self.C_g), None)
+            self._add(acc, mb, clip_factors(mb.norms, self.C_g), None)
             return
-        before = mb.grads_at(self.w_previous)                                   # grad l(w_{t-1}; x_i), same batch
-        delta = [g - h for g, h in zip(mb.grads, before)]
-        norms = flat_norms(delta)
-        if not bool(torch.isfinite(norms).all()):
+        before = mb.at(self.w_previous)                                         # grad l(w_{t-1}; x_i), same batch
+        delta = MicroBatch.combine([(1.0, mb), (-1.0, before)])                 # delta_i, formed only by vmap
+        if not bool(torch.isfinite(delta.norms).all()):
             raise NonFiniteGradientError("a per-sample gradient at the previous iterate w_{t-1} is NaN or infinite")
-        self._add(acc, mb, delta, clip_factors(norms, self.C_d), norms)     # sum_i Clip(delta_i, C_d)
+        self._add(acc, mb, clip_factors(delta.norms, self.C_d), delta.norms, delta)  # sum_i Clip(delta_i, C_d)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         released = super().release(acc, noise)

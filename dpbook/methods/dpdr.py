@@ -53,7 +53,7 @@ __all__ = [
 
 import functools
 import math
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import torch
 
@@ -64,7 +64,7 @@ from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, dirac, zeros
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import Grads, clip_factors, weighted_sum
+from dpbook.per_sample import Grads, clip_factors, inner_products, layer_sq_norms
 
 # --------------------------------------------------------------------------------------------------------------
 # The decomposition (Eq. (2)), per layer, on per-sample gradients and on single vectors
@@ -114,10 +114,7 @@ def layer_coefficients(grads: Grads, b: Sequence[torch.Tensor]) -> tuple[torch.T
     >>> a.tolist(), sq.tolist()
     ([[3.0], [0.0]], [[25.0], [1.0]])
     """
-    a = torch.stack([g.flatten(1) @ bl.flatten() for g, bl in zip(grads, b)], dim=1)
-    # fused, no temporary
-    sq = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1).pow(2)
-    return a, sq
+    return inner_products(grads, b), layer_sq_norms(grads)
 
 
 def orthogonal_sq_norms(a: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
@@ -225,6 +222,8 @@ class DPDR(Method):
     ((Release(name='gradient', sensitivity=1.0, noise_multiplier=1.1, in_gradient=True),), 1.1)
     """
 
+    per_sample_vectors: ClassVar[bool] = False  # inner products with b, layer norms and a re-weighted sum
+
     declaration = Declaration(
         label="DPDR", colour="#7f7f7f", position=100,
         audit=Scenario(dict(C_perp=1.0, C_alpha=1.0, sigma_perp=1.5, sigma_alpha=1.5, C_g=1.0, sigma_g=1.0, s=50),
@@ -314,7 +313,7 @@ class DPDR(Method):
             c = clip_factors(mb.norms, self.C_g)
             acc["clipped"] = acc["clipped"] + (c < 1).sum()
         else:
-            a, sq = layer_coefficients(mb.grads, self.b)                      # a_i^(l) = <g_i^(l), b^(l)>
+            a, sq = mb.inner(self.b), mb.layer_sq_norms()                      # a_i^(l) = <g_i^(l), b^(l)>
             p_sq = orthogonal_sq_norms(a, sq)                                  # ||p_i||^2, Pythagoras per layer
             c = clip_factors((p_sq + self._tau * sq.sum(1)).sqrt(), self.C_perp)   # min(1, C_perp/||p_i||)
             e = clip_factors(a.norm(dim=1), self.C_alpha)                 # min(1, C_alpha/||a_i||)
@@ -324,7 +323,7 @@ class DPDR(Method):
             acc["clipped_alpha"] = acc["clipped_alpha"] + (e < 1).sum()
             acc["orthogonal"] = acc["orthogonal"] + p_sq.sqrt().sum()
             acc["difference"] = acc["difference"] + difference_sq_norms(a, sq, self.released_norms).sqrt().sum()
-        for total, part in zip(acc["sum"], weighted_sum(mb.grads, c)):      # sum_i c_i g_i^(l)
+        for total, part in zip(acc["sum"], mb.weighted_sum(c)):            # sum_i c_i g_i^(l)
             total.add_(part)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
@@ -428,7 +427,6 @@ def gdr_release_mu(*, C_perp: float, C_alpha: float, sigma_perp: float, sigma_al
     return math.sqrt(parallel + 1 / sigma_perp ** 2)
 
 
-@functools.lru_cache(maxsize=1024)  # a chapter builds DPDR for every C of its grid at the same noise
 @functools.lru_cache(maxsize=1024)  # a grid repeats each s across its clipping bounds
 def _sigma_g(plan, ratio: float, s: int) -> float:
     """The sigma_g of :meth:`DPDR.from_plan`: the run's exact history charged as ``plan`` charges it, at most what

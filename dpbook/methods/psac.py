@@ -38,7 +38,6 @@ from __future__ import annotations
 
 __all__ = ["PSAC", "PSASC", "PSASCMomentum", "MOMENTUM_AXES"]
 
-import dataclasses
 from typing import ClassVar, Sequence
 
 import torch
@@ -49,7 +48,7 @@ from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, zeros
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import Grads, check_finite, flat_norms
+from dpbook.per_sample import Grads, NonFiniteGradientError
 from dpbook.tuning import grid_product
 
 
@@ -166,17 +165,21 @@ class PSASCMomentum(PSASC):
     :math:`< C/s`, so :math:`G_k` + noise is the subsampled Gaussian mechanism of DP-PSASC (multiplier
     :math:`\sigma`) and :math:`M` is post-processing. Since sample :math:`i` was generally not in the earlier
     batches, its gradients at :math:`w_{k-1}, \ldots, w_{k-K_0}` are recomputed from stored parameter snapshots
-    (``MicroBatch.grads_at``).
+    (``MicroBatch.at``).
 
     Cost, with :math:`d` parameters and :math:`n` examples per micro-batch:
 
     - memory: :math:`K_0` stored iterates and the outer momentum :math:`M`, :math:`(K_0 + 1)d` numbers kept across
-      steps (all in :meth:`state_dict`), plus one copy of :math:`w_k` (:math:`d`) during a step and one extra
-      per-sample gradient tensor (:math:`nd`) while the inner momentum is summed;
-    - compute: :math:`K_0 + 1` per-sample gradient passes per micro-batch (the engine's at :math:`w_k` and
+      steps (all in :meth:`state_dict`), plus one copy of :math:`w_k` (:math:`d`) during a step; and the
+      :math:`K_0 + 1` passes of the micro-batch while :math:`m_i` is summed: on the Book-Keeping path their layers'
+      inputs and output gradients (:meth:`MicroBatch.combine`; :math:`m_i` is formed only in the layers whose
+      per-sample gradients are), on the ``vmap`` path :math:`K_0 + 1` per-sample gradient tensors (:math:`nd` each);
+    - compute: :math:`K_0 + 1` forward and backward passes per micro-batch (the engine's at :math:`w_k` and
       :math:`K_0` at the snapshots), about :math:`K_0 + 1` times the cost of a DP-PSASC step once :math:`K_0` steps
-      have passed; ``gamma0 = 0`` stores no iterate and recomputes nothing (the inner momentum is then the current
-      gradient).
+      have passed. That factor is inherent: example :math:`i` was generally not in the batches of those steps, so
+      its gradients there exist nowhere. The ghost-norm layers add the cross terms of the passes,
+      :math:`(K_0 + 1)^2` times those of one norm. ``gamma0 = 0`` stores no iterate and recomputes nothing (the
+      inner momentum is then the current gradient).
 
     The outer momentum is not normalised: a slowly varying signal is amplified about :math:`1/\gamma_1` and the
     noise about :math:`1/\sqrt{\gamma_1(2 - \gamma_1)}`, so the learning rate must be re-tuned with :math:`\gamma_1`
@@ -206,7 +209,8 @@ class PSASCMomentum(PSASC):
                MNIST5K: grid_product(C=(1.0,), r=(1e-2,), s=(0.55, 0.9), K0=(2,), gamma0=(0.5,),
                                      gamma1=MOMENTUM_AXES["gamma1"])})
 
-    per_sample_vectors: ClassVar[bool] = True  # the inner momentum sums per-sample gradients at past iterates
+    #: the inner momentum is a combination of passes at the stored iterates: Book-Keeping's norms and sums suffice
+    per_sample_vectors: ClassVar[bool] = False
 
     def __init__(self, *, C: float, r: float, s: float, sigma: float, K0: int, gamma0: float, gamma1: float):
         super().__init__(C=C, r=r, s=s, sigma=sigma)
@@ -228,21 +232,22 @@ class PSASCMomentum(PSASC):
         acc["iterate"] = [p.detach().clone() for p in params] if self.window > 0 else []
         return acc
 
-    def inner_momentum(self, mb: MicroBatch) -> Grads:
-        r""":math:`m_i = \sum_l\gamma_0^{k-l}\,\nabla f(w_l, d_i)` over the current and stored iterates (one tensor per
-        parameter)."""
-        m = list(mb.grads)  # l = k, weight gamma0^0 = 1
+    def inner_momentum(self, mb: MicroBatch) -> MicroBatch:
+        r""":math:`m_i = \sum_l\gamma_0^{k-l}\,\nabla f(w_l, d_i)` over the current and stored iterates, as a
+        micro-batch (:meth:`MicroBatch.combine`: formed by ``vmap``, from the passes' stored tensors by
+        Book-Keeping)."""
+        terms = [(1.0, mb)]  # l = k, weight gamma0^0 = 1
         for age, past in enumerate(reversed(self.history), start=1):  # w_{k-1}, w_{k-2}, ...
-            coef = self.gamma0 ** age
-            m = [mi + coef * gi for mi, gi in zip(m, mb.grads_at(past))]
-        return m
+            terms.append((self.gamma0 ** age, mb.at(past)))
+        return MicroBatch.combine(terms)
 
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
         m = self.inner_momentum(mb)
-        norms = flat_norms(m)
-        check_finite(m, norms, [f"#{j} (inner momentum)" for j in range(len(m))])
+        if not bool(torch.isfinite(m.norms).all()):
+            raise NonFiniteGradientError("the inner momentum of an example is NaN or infinite (its per-sample "
+                                         "gradients are finite: their weighted sum overflowed); rescale the loss")
         # The inner momentum takes the place of the per-sample gradient in the scaled sum of DP-PSASC.
-        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms, summed=None))
+        super().accumulate(acc, m)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         noisy = super().release(acc, noise)  # G_k + N(0, (sigma C / s)^2 I)

@@ -232,7 +232,7 @@ class PSASCMomentumGD(PSASC):
         norms = flat_norms(m)
         check_finite(m, norms, [f"#{j} (per-sample momentum)" for j in range(len(m))])
         # The per-sample EMA takes the place of the per-sample gradient in DP-PSASC's scaled sum (line 5).
-        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms, summed=None))
+        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms, book_kept=None))
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         seen = int(acc["seen"].sum())

@@ -11,8 +11,13 @@ pass of the micro-batch (Bu et al. 2022, "Differentially private optimization on
 3. per layer, from ``(a, g)``: the per-sample squared norms, by the ghost norm or by forming that layer's
    per-sample gradients, whichever is cheaper for its dimensions (:mod:`dpbook.per_sample.layers`);
 4. :math:`\lVert g_i\rVert` over all layers; the method turns them into weights :math:`w_i`; the re-weighted sum is
-   formed per layer
-   from the same stored tensors.
+   formed per layer from the same stored tensors.
+
+The same stored tensors give what the vector methods need (:class:`Pass`): each parameter's per-sample squared
+norms, its inner products :math:`\langle g_i^{(l)}, v^{(l)}\rangle` with a fixed vector (DPDR's coefficients
+against the previous release, DIFF's residual), and the norms and sums of linear combinations of passes of the same
+examples at several parameter values (:class:`Combination`: DIFF2's difference :math:`g_i(w_t) - g_i(w_{t-1})`,
+DP-PSASC*'s inner momentum), each without forming :math:`g_i` where the norm does not.
 
 Exactness is the contract: a structure Book-Keeping cannot handle exactly (a layer fed keyword arguments, an
 output modified in place, a parameter used outside its own module) raises :class:`Unsupported`, and the engine
@@ -25,22 +30,26 @@ then uses the ``vmap`` per-sample gradients of :mod:`dpbook.per_sample.vmap` for
     >>> torch.manual_seed(0) and None
     >>> model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Tanh(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
     >>> x, y = torch.randn(5, 1, 8, 8), torch.tensor([0, 1, 2, 1, 0])
-    >>> norms, summed = BookKeeping(model, nn.functional.cross_entropy)(x, y)
+    >>> out = BookKeeping(model, nn.functional.cross_entropy)(x, y)
     >>> grads = PerSampleGradients(model, nn.functional.cross_entropy)(x, y)
     >>> w = torch.rand(5)
-    >>> torch.allclose(norms, flat_norms(grads), rtol=1e-5)
+    >>> torch.allclose(out.norms, flat_norms(grads), rtol=1e-5)
     True
-    >>> all(torch.allclose(a, b, atol=1e-6) for a, b in zip(summed(w), weighted_sum(grads, w)))
+    >>> all(torch.allclose(a, b, atol=1e-6) for a, b in zip(out.summed(w), weighted_sum(grads, w)))
+    True
+    >>> v = [torch.randn_like(p) for p in model.parameters()]          # <g_i, v> per parameter, never forming g_i
+    >>> torch.allclose(out.inner(v), torch.stack([g.flatten(1) @ u.flatten() for g, u in zip(grads, v)], 1),
+    ...                atol=1e-5)
     True
 """
 
 from __future__ import annotations
 
-__all__ = ["SELF_CHECK_EXAMPLES", "Unsupported", "BookKeeping"]
+__all__ = ["SELF_CHECK_EXAMPLES", "Unsupported", "BookKeeping", "Pass", "Combination"]
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -136,9 +145,10 @@ class _Layer:
 class BookKeeping:
     """Per-sample gradient norms and re-weighted sums of ``model`` from stored activations and output gradients.
 
-    ``BookKeeping(model, loss_fn)(x, y)`` returns ``(norms, summed)``: the L2 norm of each example's gradient over
-    all trainable parameters, shape (n,), and ``summed(w)``, which yields ``sum_i w_i g_i`` for each trainable
-    parameter in order (as :class:`~dpbook.per_sample.vmap.PerSampleGradients` lists them), one layer at a time.
+    ``BookKeeping(model, loss_fn)(x, y)`` returns a :class:`Pass`: the L2 norm of each example's gradient over all
+    trainable parameters, shape (n,), ``summed(w)``, which yields ``sum_i w_i g_i`` for each trainable parameter in
+    order (as :class:`~dpbook.per_sample.vmap.PerSampleGradients` lists them), one layer at a time, and each
+    parameter's per-sample squared norms, inner products with fixed tensors and combinations with other passes.
     Frozen parameters (``requires_grad=False``) are left out, and no gradient flows into layers that only frozen
     ones follow.
     """
@@ -165,16 +175,14 @@ class BookKeeping:
             self.unsupported = f"parameters of dtype(s) {sorted(map(str, dtypes))}: it needs one of float32, float64"
         self.checked = False  # the first call checks itself (SELF_CHECK_EXAMPLES examples): see _self_check
 
-    def __call__(self, x: torch.Tensor,
-                 y: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], Iterator[torch.Tensor]]]:
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> "Pass":
         if self.unsupported:
             raise Unsupported(self.unsupported)
         if not len(x):
-            return torch.zeros(0, dtype=self.params[0].dtype, device=x.device), lambda w: (
-                torch.zeros_like(p) for p in self.params)
+            return Pass({}, self._owners, self.params, 0)
         if not self.checked:
             self.checked = self._self_check(x[:SELF_CHECK_EXAMPLES], y[:SELF_CHECK_EXAMPLES])
-        return self._norms_and_sum(x, y)
+        return self._pass(x, y)
 
     def plan(self, x: torch.Tensor) -> list[dict]:
         """How each layer with trainable parameters gets its per-sample norms on inputs like ``x`` (one forward
@@ -209,30 +217,15 @@ class BookKeeping:
                 "positions": positions, "strategy": strategy}
 
     # --- the two passes -----------------------------------------------------------------------------------
-    def _norms_and_sum(self, x, y, watch: _ParameterUse | None = None):
+    def _pass(self, x, y, watch: _ParameterUse | None = None) -> "Pass":
         n = len(x)
         try:
             self._forward_backward(x, y, watch)
-            per_layer = [(layer, self._layer_grads(layer, n)) for layer in self.layers if layer.calls]
+            per_layer = {layer.prefix: self._layer_grads(layer, n) for layer in self.layers if layer.calls}
         finally:
             for layer in self.layers:
                 layer.calls = []
-        dtype = self.params[0].dtype
-        sq = sum((r.sq_norms for _, r in per_layer), torch.zeros(n, dtype=dtype, device=x.device))
-        results = {layer.prefix: r for layer, r in per_layer}
-
-        def summed(w: torch.Tensor) -> Iterator[torch.Tensor]:
-            """``sum_i w_i g_i`` parameter by parameter, in order, one layer at a time: the caller adds each into
-            its accumulator before the next layer's is formed (peak memory of one layer's sum, not the model's)."""
-            w = w.to(dtype)
-            prefix, current = None, {}
-            for (owner, local), p in zip(self._owners, self.params):  # a layer's parameters are adjacent
-                if owner != prefix:
-                    prefix = owner
-                    current = results[owner].weighted(w) if owner in results else {}
-                yield current.pop(local) if local in current else torch.zeros_like(p)
-
-        return sq.sqrt(), summed
+        return Pass(per_layer, self._owners, self.params, n)
 
     def _forward_backward(self, x, y, watch: _ParameterUse | None = None) -> None:
         """Forward with every layer's inputs and output recorded, then the output gradients of the summed
@@ -312,7 +305,7 @@ class BookKeeping:
         self.model.eval()
         try:
             with _exact_matmuls():
-                norms, summed = self._norms_and_sum(x, y, watch)
+                got = self._pass(x, y, watch)
                 reference = PerSampleGradients(self.model, self.loss_fn)(x, y)
         finally:
             for module, mode in training.items():
@@ -324,13 +317,86 @@ class BookKeeping:
             return False
         w = 1.0 / ref_norms.clamp(min=1e-12)
         tol = 1e4 * torch.finfo(ref_norms.dtype).eps  # 1.2e-3 in float32, 2.2e-12 in float64
-        bad = [name for name, a, b in zip(self.names, summed(w), weighted_sum(reference, w))
+        bad = [name for name, a, b in zip(self.names, got.summed(w), weighted_sum(reference, w))
                if not torch.allclose(a, b, rtol=tol, atol=tol * (1 + float(b.abs().max())))]
-        if bad or not torch.allclose(norms, ref_norms, rtol=tol, atol=tol * float(ref_norms.max())):
+        if bad or not torch.allclose(got.norms, ref_norms, rtol=tol, atol=tol * float(ref_norms.max())):
             raise Unsupported("its per-sample norms or sums disagree with vmap's on the first micro-batch"
                               + (f" (parameters {bad[:5]})" if bad else "")
                               + ": a layer mixes the examples, or treats another dimension as the batch")
         return True
+
+
+class Pass:
+    """What one Book-Keeping forward and backward of a micro-batch gives: every trainable parameter's per-sample
+    gradients, formed or not (:class:`~dpbook.per_sample.layers.PerSample`), and each layer's re-weighted sum. A
+    parameter the loss does not reach has zero gradients. Per-parameter results are ``(n, m)`` tensors, ``m`` the
+    number of trainable parameter tensors, in their order."""
+
+    def __init__(self, per_layer: dict[str, layers.LayerGrads], owners: list[tuple[str, str]],
+                 params: list[torch.Tensor], n: int):
+        self.layers, self.owners, self.params, self.n = per_layer, owners, params, n
+        self.per_sample = [per_layer[o].per_sample.get(k) if o in per_layer else None for o, k in owners]
+        dtype, device = params[0].dtype, params[0].device
+        self.norms = sum((r.sq_norms for r in per_layer.values()), torch.zeros(n, dtype=dtype, device=device)).sqrt()
+
+    def _stack(self, each: Callable[[int, layers.PerSample], torch.Tensor]) -> torch.Tensor:
+        zeros = self.norms.new_zeros(self.n)
+        return torch.stack([zeros if g is None else each(i, g) for i, g in enumerate(self.per_sample)], 1)
+
+    def layer_sq_norms(self) -> torch.Tensor:
+        r""":math:`\lVert g_i^{(l)}\rVert^2`, shape ``(n, m)``."""
+        return self._stack(lambda i, g: g.sq_norms)
+
+    def inner(self, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
+        r""":math:`\langle g_i^{(l)}, v^{(l)}\rangle` for one tensor ``vectors[l]`` per parameter, shape ``(n, m)``."""
+        return self._stack(lambda i, g: g.inner(vectors[i]))
+
+    @staticmethod
+    def combined(terms: Sequence[tuple[float, "Pass"]]) -> "Combination":
+        r""":math:`\sum_j c_jg_i^{(j)}` of passes of the same examples at several parameter values, ``terms`` the
+        pairs :math:`(c_j, \text{pass}_j)`, summed only as far as its norms and sums need."""
+        return Combination(terms)
+
+    def summed(self, w: torch.Tensor) -> Iterator[torch.Tensor]:
+        """``sum_i w_i g_i`` parameter by parameter, in order, one layer at a time: the caller adds each into its
+        accumulator before the next layer's is formed (peak memory of one layer's sum, not the model's)."""
+        w = w.to(self.params[0].dtype)
+        prefix, current = None, {}
+        for (owner, local), p in zip(self.owners, self.params):  # a layer's parameters are adjacent
+            if owner != prefix:
+                prefix = owner
+                current = self.layers[owner].weighted(w) if owner in self.layers else {}
+            yield current.pop(local) if local in current else torch.zeros_like(p)
+
+
+class Combination:
+    r""":math:`m_i = \sum_jc_jg_i^{(j)}` over passes of the same examples at several parameter values (DIFF2's
+    difference :math:`g_i(w_t) - g_i(w_{t-1})`, DP-PSASC*'s inner momentum :math:`\sum_l\gamma_0^{k-l}g_i(w_l)`):
+    its per-sample norms, per parameter from the passes' stored tensors
+    (:meth:`~dpbook.per_sample.layers.PerSample.combined_sq_norms`), and
+    :math:`\sum_iw_im_i = \sum_jc_j\sum_iw_ig_i^{(j)}` from the passes' re-weighted sums. A parameter a pass does
+    not reach has a zero gradient in it."""
+
+    def __init__(self, terms: Sequence[tuple[float, Pass]]):
+        self.terms = list(terms)
+        first = self.terms[0][1]
+        zeros = first.norms.new_zeros(first.n)
+        columns = []
+        for i in range(len(first.params)):
+            present = [(c, p.per_sample[i]) for c, p in self.terms if p.per_sample[i] is not None]
+            columns.append(type(present[0][1]).combined_sq_norms(present) if present else zeros)
+        self.sq = torch.stack(columns, 1)
+        self.norms = self.sq.sum(1).sqrt()
+
+    def layer_sq_norms(self) -> torch.Tensor:
+        r""":math:`\lVert m_i^{(l)}\rVert^2`, shape ``(n, m)``."""
+        return self.sq
+
+    def summed(self, w: torch.Tensor) -> Iterator[torch.Tensor]:
+        r""":math:`\sum_iw_im_i` parameter by parameter, in order."""
+        coefficients = [c for c, _ in self.terms]
+        for parts in zip(*(p.summed(w) for _, p in self.terms)):
+            yield layers.combination(parts, coefficients)
 
 
 @contextlib.contextmanager

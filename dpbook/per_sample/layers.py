@@ -4,7 +4,11 @@ Example i's gradient of a layer's parameters depends on two tensors only: the la
 activations) and the gradient ``g_i`` of the summed loss with respect to the layer's output. From them, a rule
 gives, for the layer's trainable parameters together,
 
-- ``sq_norms``: the squared L2 norm of each example's gradient, shape ``(n,)``;
+- ``per_sample``: each parameter's per-sample gradients :math:`G_i`, formed or not (:class:`PerSample`), which give
+  their squared norms, their inner products :math:`\langle G_i, V\rangle` with a fixed tensor (DPDR's and DIFF's
+  projections) and the norms of linear combinations with the same layer's at other parameter values (DIFF2's
+  difference :math:`G_i - H_i`, DP-PSASC*'s inner momentum), each without forming :math:`G_i` where it is not
+  formed;
 - ``weighted(w)``: the re-weighted sum :math:`\sum_i w_i \nabla_\theta \ell_i` of each parameter.
 
 Two ways to get a norm, chosen per layer by cost (Bu et al. 2022, "Scalable and efficient training of large
@@ -38,7 +42,9 @@ layer alone), exact for any layer that treats examples independently.
 from __future__ import annotations
 
 __all__ = [
-    "Weighted", "LayerGrads", "instantiated", "formed", "NORM_PRODUCT", "GHOST", "FORMED", "GROUPED",
+    "Weighted", "PerSample", "Formed", "combination", "Recomputed", "Outer", "Rows", "LayerGrads", "instantiated",
+    "formed",
+    "NORM_PRODUCT", "GHOST", "FORMED", "GROUPED",
     "ghost_is_cheaper", "Rule", "SequenceRule", "GenericRule", "GENERIC", "RULES", "register", "rule_for",
     "LinearRule", "ConvRule", "GROUPED_WORK", "GROUPED_EXAMPLES", "GroupNormRule", "LayerNormRule", "EmbeddingRule",
     "generic"
@@ -56,34 +62,170 @@ from torch.func import functional_call, vjp, vmap
 Weighted = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 
 
+class PerSample:
+    r"""One trainable parameter's per-sample gradients :math:`G_i` over a micro-batch, formed or not: their squared
+    norms ``sq_norms`` (shape ``(n,)``), their :meth:`inner` products with a fixed tensor, and
+    (:meth:`combined_sq_norms`) the squared norms of a linear combination :math:`\sum_j c_jG_i^{(j)}` of the same
+    parameter's per-sample gradients at several parameter values on the same examples (DIFF2's difference, DP-PSASC*'s
+    inner momentum)."""
+
+    sq_norms: torch.Tensor
+
+    def inner(self, V: torch.Tensor) -> torch.Tensor:
+        r""":math:`\langle G_i, V\rangle` for each example, ``V`` of the parameter's shape."""
+        raise NotImplementedError
+
+    @staticmethod
+    def combined_sq_norms(terms: Sequence[tuple[float, "PerSample"]]) -> torch.Tensor:
+        r""":math:`\lVert\sum_j c_jG_i^{(j)}\rVert^2` for each example, ``terms`` the pairs :math:`(c_j, G^{(j)})`, all
+        of one class."""
+        raise NotImplementedError
+
+
+class Formed(PerSample):
+    """Per-sample gradients ``G`` ``(n, *shape)``, formed."""
+
+    def __init__(self, G: torch.Tensor):
+        self.G = G
+        self.sq_norms = G.flatten(1).square().sum(1)
+
+    def inner(self, V):
+        return self.G.flatten(1) @ V.flatten().to(self.G.dtype)
+
+    @staticmethod
+    def combined_sq_norms(terms):
+        m = combination([t.G for _, t in terms], [c for c, _ in terms])
+        return torch.linalg.vector_norm(m.flatten(1), dim=1).square()
+
+
+def combination(tensors: Sequence[torch.Tensor], coefficients: Sequence[float]) -> torch.Tensor:
+    r""":math:`\sum_j c_jT_j`, summed in order from :math:`c_0T_0`, each term added in one pass
+    (``torch.add(..., alpha=c)``); one order for every engine, so that a combination formed by either is the same
+    to the bit."""
+    total = tensors[0] if coefficients[0] == 1 else coefficients[0] * tensors[0]
+    for c, t in zip(coefficients[1:], tensors[1:]):
+        total = torch.add(total, t, alpha=c)
+    return total
+
+
+class Recomputed(PerSample):
+    """Per-sample gradients whose squared norms were formed and the gradients then dropped (they outweigh the
+    layer's input and output gradient); ``chunk(s)`` forms them again for the examples of slice ``s``, a few at a
+    time (:data:`GROUPED_EXAMPLES`), for an inner product or a combination."""
+
+    def __init__(self, sq_norms: torch.Tensor, chunk: Callable[[slice], torch.Tensor]):
+        self.sq_norms, self.chunk = sq_norms, chunk
+
+    def _slices(self):
+        return [slice(s, s + GROUPED_EXAMPLES) for s in range(0, len(self.sq_norms), GROUPED_EXAMPLES)]
+
+    def inner(self, V):
+        return torch.cat([Formed(self.chunk(s)).inner(V) for s in self._slices()])
+
+    @staticmethod
+    def combined_sq_norms(terms):
+        return torch.cat([Formed.combined_sq_norms([(c, Formed(t.chunk(s))) for c, t in terms])
+                          for s in terms[0][1]._slices()])
+
+
+class Outer(PerSample):
+    r""":math:`G_i = \sum_t g_{it}^\top a_{it}` (shape ``(p, d)``), never formed: ``a`` ``(n, T, d)`` and ``g``
+    ``(n, T, p)`` (views allowed), a linear map at :math:`T` positions or a convolution's unfolded patches.
+
+    - the squared norm: :math:`\lVert g_i\rVert\lVert a_i\rVert` at :math:`T = 1` (the norm product), else the ghost
+      norm :math:`\sum_{t,t'}\langle a_{it}, a_{it'}\rangle\langle g_{it}, g_{it'}\rangle`;
+    - :math:`\langle G_i, V\rangle = \sum_t g_{it}^\top V a_{it}`: the layer's own map with weight :math:`V`, read
+      against its output gradient (:math:`Tdp` multiply-adds, as its forward);
+    - :math:`\lVert\sum_jc_jG_i^{(j)}\rVert^2`: the ghost norm of all the terms' positions, inputs
+      :math:`a_i^{(j)}` with output gradients :math:`c_jg_i^{(j)}`, summed in float64 (for a difference its terms
+      cancel as :math:`G^{(2)} \to G^{(1)}`, and float64 keeps their rounding, about :math:`10^{-16}` of the terms,
+      below the float32 rounding of a formed difference); or, where forming the :math:`J` terms' :math:`G_i`
+      (:math:`JTdp` multiply-adds) costs less than that float64 ghost norm (:math:`(JT)^2(d + p)`, counted twice),
+      the combination formed, as the ``vmap`` path forms it.
+    """
+
+    def __init__(self, a: torch.Tensor, g: torch.Tensor):
+        self.a, self.g = a, g
+        if a.shape[1] == 1:
+            self.sq_norms = a.square().sum((1, 2)) * g.square().sum((1, 2))
+        else:
+            self.sq_norms = _gram_sq_norms(a, g)
+
+    def inner(self, V):
+        return ((self.a @ V.reshape(self.g.shape[-1], -1).to(self.a.dtype).mT) * self.g).sum((1, 2))
+
+    @staticmethod
+    def combined_sq_norms(terms):
+        first = terms[0][1]
+        (T, d), p, J = first.a.shape[1:], first.g.shape[-1], len(terms)
+        if T > 1 and J * T * d * p <= 2 * (J * T) ** 2 * (d + p):  # forming each G_i is cheaper than a float64 ghost
+            return Formed.combined_sq_norms([(c, Formed(t.g.mT @ t.a)) for c, t in terms])
+        a = torch.cat([t.a.double() for _, t in terms], dim=1)
+        g = torch.cat([c * t.g.double() for c, t in terms], dim=1)
+        return _gram_sq_norms(a, g).to(first.a.dtype)
+
+
+class Rows(PerSample):
+    r"""An embedding's per-sample gradient, never formed: ids ``(n, T)`` and output gradients ``g`` ``(n, T, p)``;
+    row :math:`\mathrm{id}_{it}` of :math:`G_i` gets :math:`g_{it}`. Norms and combinations by the ghost norm with
+    :math:`\langle e_{\mathrm{id}_t}, e_{\mathrm{id}_{t'}}\rangle = [\mathrm{id}_t = \mathrm{id}_{t'}]` (combinations
+    in float64, as :class:`Outer`'s); :math:`\langle G_i, V\rangle = \sum_t \langle V_{\mathrm{id}_{it}},
+    g_{it}\rangle`."""
+
+    def __init__(self, ids: torch.Tensor, g: torch.Tensor):
+        self.ids, self.g = ids, g
+        self.sq_norms = _same_id_sq_norms(ids, g)
+
+    def inner(self, V):
+        return (V.to(self.g.dtype)[self.ids] * self.g).sum((1, 2))
+
+    @staticmethod
+    def combined_sq_norms(terms):
+        ids = torch.cat([t.ids for _, t in terms], dim=1)
+        g = torch.cat([c * t.g.double() for c, t in terms], dim=1)
+        return _same_id_sq_norms(ids, g).to(terms[0][1].g.dtype)
+
+
+def _same_id_sq_norms(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
+    return (same * (g @ g.mT)).sum((1, 2)).clamp(min=0)
+
+
 @dataclass
 class LayerGrads:
-    """One layer's per-sample squared gradient norms, and its re-weighted sum as a function of the weights."""
+    """One layer's per-sample gradients (each trainable parameter's, formed or not), and its re-weighted sum as a
+    function of the weights."""
 
-    sq_norms: torch.Tensor  # (n,)
+    per_sample: dict[str, PerSample]  # parameter's local name -> its per-sample gradients
     weighted: Weighted  # w (n,) -> {parameter's local name: sum_i w_i grad_i}
+
+    @property
+    def sq_norms(self) -> torch.Tensor:
+        """The layer's per-sample squared gradient norms, shape (n,)."""
+        return sum(p.sq_norms for p in self.per_sample.values())
 
 
 def instantiated(grads: dict[str, torch.Tensor]) -> LayerGrads:
     """A layer whose per-sample gradients ``{name: (n, *shape)}`` are formed: norms and sums read them."""
-    sq = sum(g.flatten(1).square().sum(1) for g in grads.values())
-    return LayerGrads(sq, lambda w: {k: torch.einsum("n,n...->...", w, g) for k, g in grads.items()})
+    return LayerGrads({k: Formed(g) for k, g in grads.items()},
+                      lambda w: {k: torch.einsum("n,n...->...", w, g) for k, g in grads.items()})
 
 
-def formed(name: str, G: torch.Tensor, a: torch.Tensor, g: torch.Tensor, product: Weighted) -> LayerGrads:
+def formed(name: str, G: torch.Tensor, a: torch.Tensor, g: torch.Tensor, product: Weighted,
+           chunk: Callable[[slice], torch.Tensor]) -> LayerGrads:
     """A weight whose per-sample gradients ``G`` ``(n, *shape)`` were formed for its norms. Its sum reads ``G``
-    when ``G`` is no larger than the layer's input and output gradient; else ``G`` is dropped and the sum is the
-    weight-gradient ``product`` of (a, g) (the memory of a step stays that of the activations, e.g. ResNet's wide
-    small-map convs)."""
-    sq = G.flatten(1).square().sum(1)
+    when ``G`` is no larger than the layer's input and output gradient; else ``G`` is dropped, the sum is the
+    weight-gradient ``product`` of (a, g), and ``chunk(s)`` forms the gradients of examples ``s`` again where an
+    inner product or a combination needs them (the memory of a step stays that of the activations, e.g. ResNet's
+    wide small-map convs)."""
     if G[0].numel() <= a[0].numel() + g[0].numel():
-        return LayerGrads(sq, lambda w: {name: torch.einsum("n,n...->...", w, G)})
-    return LayerGrads(sq, product)
+        return LayerGrads({name: Formed(G)}, lambda w: {name: torch.einsum("n,n...->...", w, G)})
+    return LayerGrads({name: Recomputed(G.flatten(1).square().sum(1), chunk)}, product)
 
 
 def _combine(parts: Sequence[LayerGrads]) -> LayerGrads:
     """Parameters of one layer handled by separate rules (e.g. a ghost weight and an instantiated bias)."""
-    return LayerGrads(sum(p.sq_norms for p in parts),
+    return LayerGrads({k: v for p in parts for k, v in p.per_sample.items()},
                       lambda w: {k: v for p in parts for k, v in p.weighted(w).items()})
 
 
@@ -104,11 +246,6 @@ def _gram_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     r"""Ghost norm :math:`\sum_{t,t'} \langle a_t, a_{t'}\rangle\langle g_t, g_{t'}\rangle` per example, a (n,T,d),
     g (n,T,p); clamped at 0 against rounding."""
     return (a @ a.mT).mul_(g @ g.mT).sum((1, 2)).clamp_(min=0)
-
-
-def _gram_sq_norms_t(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``_gram_sq_norms`` of ``a.mT, g.mT`` for a (n,d,T), g (n,p,T), without transposing copies."""
-    return (a.mT @ a).mul_(g.mT @ g).sum((1, 2)).clamp_(min=0)
 
 
 # --- what a rule is, and which rule a layer gets ----------------------------------------------------------------
@@ -213,12 +350,8 @@ class LinearRule(SequenceRule):
     def __call__(self, module: nn.Linear, a: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
         parts = []
         if "weight" in names:
-            strategy = self.strategy(module, a.shape[1], a.device)
-            if strategy == NORM_PRODUCT:
-                sq = a.square().sum((1, 2)) * g.square().sum((1, 2))
-                parts.append(LayerGrads(sq, lambda w: {"weight": _linear_sum(a, g, w)}))
-            elif strategy == GHOST:
-                parts.append(LayerGrads(_gram_sq_norms(a, g), lambda w: {"weight": _linear_sum(a, g, w)}))
+            if self.strategy(module, a.shape[1], a.device) in (NORM_PRODUCT, GHOST):
+                parts.append(LayerGrads({"weight": Outer(a, g)}, lambda w: {"weight": _linear_sum(a, g, w)}))
             else:  # formed only when T (d + p) >= d p: never larger than (a, g), so kept for the sum
                 parts.append(instantiated({"weight": g.mT @ a}))
         if "bias" in names:
@@ -273,15 +406,18 @@ class ConvRule(Rule):
         def product(w):
             return {"weight": _conv_weight_grad(module, a, g * _bcast(w, g))}
 
-        if strategy == GHOST:
-            sq = _gram_sq_norms_t(_unfold(module, a), g.flatten(2))  # patches (n, d, L), g (n, C_out, L)
-            return LayerGrads(sq, product)
-        if strategy == GROUPED:
-            G = torch.cat([_grouped_weight_grads(module, a[s:s + GROUPED_EXAMPLES], g[s:s + GROUPED_EXAMPLES])
-                           for s in range(0, len(a), GROUPED_EXAMPLES)])
-            return formed("weight", G, a, g, product)
-        G = g.flatten(2) @ _unfold(module, a).mT  # (n, C_out, C_in k)
-        return formed("weight", G.reshape(len(a), *module.weight.shape), a, g, product)
+        if strategy == GHOST:  # patches (n, L, d), g (n, L, C_out): transposed views, no copy
+            return LayerGrads({"weight": Outer(_unfold(module, a).mT, g.flatten(2).mT)}, product)
+
+        def chunk(s: slice) -> torch.Tensor:
+            if strategy == GROUPED:
+                return _grouped_weight_grads(module, a[s], g[s])
+            return (g[s].flatten(2) @ _unfold(module, a[s]).mT).reshape(len(a[s]), *module.weight.shape)
+
+        G = torch.cat([chunk(slice(s, s + GROUPED_EXAMPLES)) for s in range(0, len(a), GROUPED_EXAMPLES)]) \
+            if strategy == GROUPED else chunk(slice(None))
+        return formed("weight", G, a, g, product, chunk)
+
 
 def _bcast(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return w.reshape(-1, *([1] * (like.dim() - 1)))
@@ -305,10 +441,12 @@ def _unfold(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
 
 def _conv_weight_grad(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, *,
                       weight: torch.Tensor | None = None, groups: int | None = None) -> torch.Tensor:
-    """The convolution's weight gradient for input a and output gradient g (summed over the examples of a)."""
+    """The convolution's weight gradient for input a and output gradient g (summed over the examples of a). The
+    weight gives only its shape: detached, so that the result carries no autograd graph (which would keep a and g
+    alive in the parameter's ``.grad``)."""
     spatial = a.dim() - 2
     return torch.ops.aten.convolution_backward(
-        g, a, module.weight if weight is None else weight, None, list(module.stride), list(module.padding),
+        g, a, (module.weight if weight is None else weight).detach(), None, list(module.stride), list(module.padding),
         list(module.dilation), False, [0] * spatial, module.groups if groups is None else groups,
         [False, True, False])[1]
 
@@ -391,14 +529,12 @@ class EmbeddingRule(SequenceRule):
     def __call__(self, module: nn.Embedding, ids: torch.Tensor, g: torch.Tensor, names: set[str]) -> LayerGrads:
         if module.padding_idx is not None:
             g = g * (ids != module.padding_idx).unsqueeze(-1)
-        same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
-        sq = (same * (g @ g.mT)).sum((1, 2)).clamp(min=0)
 
         def weighted(w):
             rows = (g * w[:, None, None]).flatten(0, 1)
             return {"weight": torch.zeros_like(module.weight).index_add_(0, ids.flatten(), rows)}
 
-        return LayerGrads(sq, weighted)
+        return LayerGrads({"weight": Rows(ids, g)}, weighted)
 
 
 # --- any other layer ------------------------------------------------------------------------------------------

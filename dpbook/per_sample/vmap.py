@@ -11,6 +11,7 @@ no per-layer grad samplers. Models must not use BatchNorm (:func:`check_no_batch
 from __future__ import annotations
 
 __all__ = [
+    "layer_sq_norms", "inner_products",
     "Grads", "check_no_batchnorm", "NonFiniteGradientError", "PerSampleGradients", "flat_norms", "clip_factors",
     "weighted_sum", "check_finite"
 ]
@@ -99,6 +100,17 @@ def flat_norms(grads: Grads) -> torch.Tensor:
     """The L2 norm of each example's whole gradient (all parameters flattened together), shape (n,)."""
     per_parameter = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
     return torch.linalg.vector_norm(per_parameter, dim=0)
+
+
+def layer_sq_norms(grads: Grads) -> torch.Tensor:
+    r""":math:`\lVert g_i^{(l)}\rVert^2` for each example and parameter tensor :math:`l`, shape ``(n, m)``."""
+    return torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1).pow(2)
+
+
+def inner_products(grads: Grads, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
+    r""":math:`\langle g_i^{(l)}, v^{(l)}\rangle` with one fixed tensor ``vectors[l]`` per parameter, shape
+    ``(n, m)``."""
+    return torch.stack([g.flatten(1) @ v.flatten() for g, v in zip(grads, vectors)], dim=1)
 
 
 def clip_factors(norms: torch.Tensor, C: float) -> torch.Tensor:
