@@ -449,6 +449,31 @@ def test_engine_step_equals_vmap_on_every_model(name):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
+VECTOR_METHODS = ("dpdr", "diff", "diff2", "psasc-momentum")
+
+
+@pytest.mark.parametrize("name", ["mnist_cnn", "digits_cnn", "cifar10_cnn"])
+@pytest.mark.parametrize("method", VECTOR_METHODS)
+def test_vector_methods_equal_vmap_on_the_benchmark_cnns(name, method):
+    """The vector methods' released steps on the CNNs the benchmarks and the papers train, in micro-batches of 2,
+    four steps (DPDR's GDR steps, DIFF2's differences and DP-PSASC*'s full window of K0 = 2 iterates from step 3):
+    Book-Keeping against vmap. ``check_vector_queries`` covers their queries on every other model."""
+    build, shape, _ = IMAGE_MODELS[name]
+    updated = []
+    for per_sample in ("book-keeping", "vmap"):
+        torch.manual_seed(0)
+        model = build().to(DTYPE)
+        engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                             make_method(method, **SCENARIOS[method].hyperparameters), sample_rate=0.1,
+                             expected_batch_size=8, micro_batch_size=2, per_sample=per_sample)
+        engine.noise = NoNoise()
+        for k in range(4):
+            engine.step(*images(5, shape, seed=k))
+        updated.append([p.detach() for p in model.parameters()])
+    for a, b in zip(*updated):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
 class UnusedBranch(nn.Module):
     """A trainable layer whose output the loss never reads: zero per-sample gradients, as vmap says."""
 

@@ -15,7 +15,7 @@ from dpbook.audit.__main__ import main as audit_main
 from dpbook.data import DatasetNotFoundError, load_digits
 from dpbook.methods import METHODS
 from dpbook.models import digits_mlp
-from dpbook.repro import bench, benchmark_report, papers, params
+from dpbook.repro import bench, benchmark_report, papers, params, results
 from dpbook.repro.digits_benchmark import BENCHMARK
 from dpbook.repro.sweep import __main__ as sweep_cli
 from dpbook.train import StaleCheckpointError, Trainer
@@ -43,6 +43,8 @@ REFUSED = [
     (sweep_cli.main, ["digits", "--methods", "dpsdg"], "argument --methods: unknown method 'dpsdg' (did you mean "
                                                        "'dpsgd'?)"),
     (sweep_cli.main, ["digits", "--jobs", "0"], "argument --jobs: must be an integer >= 1, got '0' (runs at once)"),
+    (sweep_cli.main, ["digits", "--per-sample", "vamp"], "argument --per-sample: unknown per-sample engine 'vamp' "
+                                                         "(did you mean 'vmap'?); valid: auto, book-keeping, vmap"),
     (sweep_cli.main, ["digits", "--results-dir", "/dev/null/results"], "argument --results-dir: cannot write in "
                                                                         "'/dev/null/results' (NotADirectoryError"),
     (sweep_cli.main, ["status", "no-such/manifest.json"], "argument manifest: 'no-such/manifest.json' does not exist"),
@@ -241,14 +243,29 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> tuple[set[str], int]:
-    """The result files of the small sweep run to its end, and how many runs its first phase has."""
+def uninterrupted(tmp_path_factory) -> tuple[set[str], int, Path]:
+    """The result files of the small sweep run to its end, how many runs its first phase has, and their folder."""
     folder = tmp_path_factory.mktemp("uninterrupted")
     threads = torch.get_num_threads()
     assert sweep_cli.main([*SMALL, "--results-dir", str(folder)]) == 0
     torch.set_num_threads(threads)
     phase1, _ = BENCHMARK.phase1(**BENCHMARK.plan(methods=["dpsgd"], epsilons=[4.0], seeds=2, epochs=1))
-    return recorded(folder), len({run.key() for run in phase1})
+    return recorded(folder), len({run.key() for run in phase1}), folder
+
+
+def test_the_vmap_path_from_the_command_line_trains_the_same_runs(uninterrupted, tmp_path, one_thread):
+    """``--per-sample vmap``: the same result files (the path is not part of a run's key), the same accuracies and
+    losses to float rounding, and the manifest keeps the path for ``resume``."""
+    expected, _, folder = uninterrupted
+    assert sweep_cli.main([*SMALL, "--per-sample", "vmap", "--results-dir", str(tmp_path)]) == 0
+    assert recorded(tmp_path) == expected
+    manifest = json.loads(next((tmp_path / ".sweeps").glob("*/manifest.json")).read_text())
+    assert manifest["run_kwargs"]["per_sample"] == "vmap"
+    for name in expected:
+        ours, theirs = (results.read_result(f / name)["final"] for f in (tmp_path, folder))
+        assert ours.keys() == theirs.keys()
+        for key, value in theirs.items():
+            assert ours[key] == pytest.approx(value, rel=1e-3, abs=1e-3), (name, key)
 
 
 def killed_after(runs: int, monkeypatch):
@@ -268,7 +285,7 @@ def killed_after(runs: int, monkeypatch):
 
 @pytest.mark.parametrize("where", ["in phase 1", "after phase 1", "in phase 2"])
 def test_resume_after_a_kill_finishes_the_same_runs(where, uninterrupted, tmp_path, monkeypatch, capsys, one_thread):
-    expected, phase1 = uninterrupted
+    expected, phase1, _ = uninterrupted
     runs = {"in phase 1": 3, "after phase 1": phase1, "in phase 2": phase1 + 1}[where]
     killed_after(runs, monkeypatch)
     with pytest.raises(KeyboardInterrupt):

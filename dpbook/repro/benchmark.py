@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 
 from dpbook import checks, cli
 from dpbook.methods import METHODS, in_book_order
+from dpbook.optim import PER_SAMPLE_ENGINES
 from dpbook.repro import reproduce, results
 from dpbook.repro.experiment import Experiment, load_task_data
 from dpbook.repro.params import check_known
@@ -108,21 +109,25 @@ class Benchmark:
     def run(self, *, jobs: int = 2, results_dir=results.RESULTS_DIR, methods: Sequence[str] | None = None,
             epsilons: Sequence[float] | None = None, seeds: int | None = None, epochs: int | None = None,
             progress: bool | None = None, executor: str = "local", slurm=None,
-            sweep_dir: str | Path | None = None) -> list[dict]:
+            sweep_dir: str | Path | None = None, per_sample: str = "auto") -> list[dict]:
         """Phase 1 (every grid and search), then phase 2 (the re-runs of the best points); both sweep summaries.
 
         ``methods``, ``epsilons``, ``seeds`` and ``epochs`` other than the defaults (None) make a smaller benchmark
         (a notebook's smoke test); ``executor`` and ``slurm`` say where the runs execute
-        (:func:`dpbook.repro.sweep.run_all`). Both phases share one manifest in ``sweep_dir`` (default: a new
-        folder under ``<results_dir>/.sweeps``), which records this plan: ``resume`` runs it again, phase 2 included.
+        (:func:`dpbook.repro.sweep.run_all`), ``per_sample`` the engine's per-sample path
+        (:func:`dpbook.repro.experiment.run_experiment`). Both phases share one manifest in ``sweep_dir`` (default: a
+        new folder under ``<results_dir>/.sweeps``), which records this plan: ``resume`` runs it again, phase 2
+        included.
         """
         plan = self.plan(methods=methods, epsilons=epsilons, seeds=seeds, epochs=epochs)
         checks.integer("jobs", jobs)
+        checks.one_of("per_sample (the engine's per-sample path)", per_sample, PER_SAMPLE_ENGINES)
         cli.writable(results_dir, "results_dir, where the runs write their result files")
         load_task_data(self.base(plan["methods"][0], plan["epsilons"][0], "none"))  # a missing dataset says so here
         phase1, unreachable = self.phase1(**plan)
         where = dict(jobs=jobs, executor=executor, slurm=slurm, results_dir=results_dir, progress=progress,
-                     plan={"benchmark": self.study, **plan}, device="cpu" if executor == "local" else "auto")
+                     plan={"benchmark": self.study, **plan}, device="cpu" if executor == "local" else "auto",
+                     per_sample=per_sample)
         first = run_all(phase1, sweep_dir=sweep_dir, **where)
         first["unreachable"] = unreachable
         if "manifest" in first:  # phase 2 joins phase 1's manifest

@@ -58,6 +58,7 @@ from dpbook import accounting, checks, data, io, models
 from dpbook.methods import METHODS
 from dpbook.methods.base import Method
 from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
+from dpbook.optim import PER_SAMPLE_ENGINES
 from dpbook.repro import params, results
 from dpbook.tasks import TASKS, Task
 from dpbook.train import StaleCheckpointError, Trainer
@@ -380,12 +381,16 @@ def _shapes_of(exp: Experiment, device: torch.device) -> data.DataSplits:
 def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS_DIR,
                    data_root: str | Path = data.DEFAULT_ROOT, download: bool = False, device: str = "auto",
                    checkpoint_dir: str | Path | None = None, checkpoint_every: int = 200,
-                   progress: bool | None = None, overwrite: bool = False) -> dict:
+                   progress: bool | None = None, overwrite: bool = False, per_sample: str = "auto") -> dict:
     """Run ``exp`` (or return its existing record) and write its result file; see the module docstring.
 
     ``checkpoint_dir`` (default: ``<results_dir>/.checkpoints``, not in git) holds the run's checkpoint while it
     trains; a rerun after an interruption resumes from it, and it is deleted once the result is written.
+    ``per_sample`` is the engine's per-sample path (:data:`dpbook.optim.PER_SAMPLE_ENGINES`): like the device and
+    the micro-batch size it changes how fast a run trains, not its result (beyond float rounding), so it is not
+    part of the run's key.
     """
+    checks.one_of("per_sample (the engine's per-sample path)", per_sample, PER_SAMPLE_ENGINES)
     path = exp.path(results_dir)
     done = None if overwrite else results.recorded(path)
     if done is not None:
@@ -397,7 +402,8 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
     N = len(splits.x_train)
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else Path(results_dir) / ".checkpoints"
     checkpoint = ckpt_dir / exp.study / f"{path.stem}.pt"
-    trainer = run.trainer(checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
+    trainer = run.trainer(checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress,
+                          per_sample=per_sample)
     resumed = checkpoint.exists()  # Trainer.run resumes from it
     try:
         log = trainer.run()

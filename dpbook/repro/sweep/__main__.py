@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dpbook import cli
+from dpbook.optim import PER_SAMPLE_ENGINES
 from dpbook.repro import digits_benchmark, dispatch, mnist5k_benchmark, papers, params, results
 from dpbook.repro.benchmark import Benchmark
 from dpbook.repro.sweep import check_notebook_grid, run_all, run_notebook_grid, run_notebooks
@@ -50,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
                            help=f"seeds per cell (a smaller benchmark; default {benchmark.seeds})")
         bench.add_argument("--epochs", type=cli.integer(1, "epochs per run"), default=None,
                            help="epochs per run (a smaller benchmark; default: the benchmark's)")
+        bench.add_argument("--per-sample", type=cli.choice(PER_SAMPLE_ENGINES, "per-sample engine"), default="auto",
+                           help="the engine's per-sample path: auto (Book-Keeping wherever the method allows), "
+                                "book-keeping or vmap; the same results to float rounding, not the same speed")
         _executor_arguments(bench)
     manifest = cli.input_file("a sweep's manifest.json", dispatch.Manifest.read, "give the manifest a sweep printed",
                               folders=True)
@@ -173,7 +177,8 @@ def _run(args) -> list[dict]:
     if args.command in BENCHMARKS:
         summaries = _benchmark(args.command).run(
             jobs=args.jobs, results_dir=args.results_dir, methods=args.methods, epsilons=args.epsilons,
-            seeds=args.seeds, epochs=args.epochs, executor=args.executor, slurm=_slurm_options(args))
+            seeds=args.seeds, epochs=args.epochs, executor=args.executor, slurm=_slurm_options(args),
+            per_sample=args.per_sample)
     elif args.command == "resume":
         manifest = dispatch.Manifest.read(args.manifest)
         again = dict(jobs=args.jobs, executor=manifest.executor, sweep_dir=manifest.path.parent,
@@ -182,7 +187,9 @@ def _run(args) -> list[dict]:
             summaries = [run_notebooks(manifest.commands(), output_dir=manifest.results_dir, skip_done=True, **again)]
         elif manifest.plan is not None:  # a benchmark: both phases, planned again as the sweep planned them
             plan = {k: v for k, v in manifest.plan.items() if k != "benchmark"}
-            summaries = _benchmark(manifest.plan["benchmark"]).run(results_dir=manifest.results_dir, **again, **plan)
+            summaries = _benchmark(manifest.plan["benchmark"]).run(
+                results_dir=manifest.results_dir, per_sample=manifest.run_kwargs.get("per_sample", "auto"), **again,
+                **plan)
         else:
             summaries = [run_all(manifest.experiments(), results_dir=manifest.results_dir, **again,
                                  **manifest.run_kwargs)]
