@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -99,6 +100,10 @@ class Interrupted(RuntimeError):
 
 
 _STOP = threading.Event()
+
+#: An epoch's end saves the checkpoint when at least this many seconds passed since the last save: a long run loses
+#: at most about a minute of training, a run of a few seconds does not write its state at every epoch.
+EPOCH_SAVE_SECONDS = 60.0
 
 
 def request_stop() -> None:
@@ -182,8 +187,9 @@ class Trainer:
         data: ``(x_train, y_train, x_test, y_test)`` tensors (e.g. :func:`dpbook.data.load_digits`).
         expected_batch_size: B; Poisson sampling at q = B/N, T = epochs * round(N/B) steps.
         delta: the delta of the (epsilon, delta) reported in the log.
-        checkpoint: a file path; when given, the run saves (atomically) every ``checkpoint_every`` steps and
-            at each epoch end, and ``run`` resumes from it when it exists.
+        checkpoint: a file path; when given, the run saves (atomically) every ``checkpoint_every`` steps, at an
+            epoch's end once :data:`EPOCH_SAVE_SECONDS` have passed since the last save, at its last step and
+            when stopped, and ``run`` resumes from it when it exists.
         progress: show a progress bar (None: only when the output is a terminal).
         nonprivate_diagnostics: also log, in ``log.nonprivate`` and apart from the private rows, statistics of the
             private training data (training-set loss and accuracy, realised batch sizes, the method's non-private
@@ -217,6 +223,7 @@ class Trainer:
         self.checkpoint_every = checks.integer("checkpoint_every", checkpoint_every)
         self.progress = progress
         self.step = 0
+        self._saved_at = time.monotonic()  # when the checkpoint was last written (the run's start until then)
         self.log = TrainLog(nonprivate=LogRows() if nonprivate_diagnostics else None)
         torch.manual_seed(seed)  # dropout masks and any other global randomness
 
@@ -269,7 +276,7 @@ class Trainer:
             train = evaluate(self.model, self.x_train, self.y_train)
             self.log.nonprivate.epochs.append(
                 {**at, "nonprivate/train_loss": train["loss"], "nonprivate/train_accuracy": train["accuracy"]})
-        if self.checkpoint is not None:
+        if self.checkpoint is not None and time.monotonic() - self._saved_at >= EPOCH_SAVE_SECONDS:
             self.save(self.checkpoint)
 
     def fingerprint(self) -> dict:
@@ -322,6 +329,7 @@ class Trainer:
 
     def save(self, path: str | Path) -> None:
         atomic_torch_save(self.state_dict(), path)
+        self._saved_at = time.monotonic()
 
     def load(self, path: str | Path) -> None:
         """Resume from the checkpoint ``path``, written on any device (its tensors are mapped to this run's). A
