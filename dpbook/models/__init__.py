@@ -8,7 +8,7 @@ from __future__ import annotations
 __all__ = [
     "group_norm", "replace_batchnorm", "count_parameters", "mnist_cnn", "cifar10_cnn", "mnist_cnn_gn", "cifar10_cnn_gn",
     "digits_cnn", "digits_mlp", "BasicBlock", "ResNetGN", "resnet18_gn", "resnet34_gn", "Residual", "resnet9",
-    "Standardize", "linear_classifier", "MaxPool2d", "LSTMLayer", "CharLSTM", "char_lstm", "BertClassifier", "BertHead",
+    "Standardize", "linear_classifier", "LSTMLayer", "CharLSTM", "char_lstm", "BertClassifier", "BertHead",
     "bert_trainable_count", "tiny_bert_config", "bert_classifier", "MODELS", "build_model"
 ]
 
@@ -30,7 +30,6 @@ from dpbook.models.text import (
 )
 from dpbook.models.vision import (
     BasicBlock,
-    MaxPool2d,
     Residual,
     ResNetGN,
     Standardize,

@@ -32,7 +32,7 @@ from __future__ import annotations
 __all__ = [
     "group_norm", "replace_batchnorm", "count_parameters", "mnist_cnn", "cifar10_cnn", "mnist_cnn_gn", "cifar10_cnn_gn",
     "digits_cnn", "digits_mlp", "BasicBlock", "ResNetGN", "resnet18_gn", "resnet34_gn", "Residual", "resnet9",
-    "Standardize", "linear_classifier", "MaxPool2d"
+    "Standardize", "linear_classifier"
 ]
 
 import math
@@ -40,33 +40,6 @@ from collections import OrderedDict
 
 import torch
 from torch import nn
-
-# ---------------------------------------------------------------------------------------------------------------
-# Max pooling in channels-last memory
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class MaxPool2d(nn.MaxPool2d):
-    """``nn.MaxPool2d``, computed on a CPU in channels-last memory: PyTorch's CPU kernel for the default (NCHW)
-    layout is about five times slower (9.4 ms against 1.7 ms forward and backward for the MNIST CNN's first pooling
-    at B = 256 on 2 threads). The values are the same, and so is the tie-breaking (the backward pass routes a tied
-    window's gradient to the same input; ``tests/test_models.py`` checks both on inputs full of ties, as saturated
-    tanh outputs are). The output is returned in the default layout: a channels-last activation would propagate
-    through the layers after it, which slows the CIFAR-10 CNN's convolutions and which Opacus's per-sample hooks
-    get wrong. Elsewhere (a GPU, or inside ``torch.func`` transforms such as the ``vmap`` per-sample gradients,
-    which cannot change a layout) it is ``nn.MaxPool2d`` itself. The MNIST and digits CNNs use it, where it was
-    measured faster (``python -m dpbook.repro.bench``).
-
-        >>> x = torch.tanh(20 * torch.randn(2, 3, 6, 6))
-        >>> torch.equal(MaxPool2d(2)(x), nn.MaxPool2d(2)(x))
-        True
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu" or x.dim() != 4 or torch._C._functorch.is_functorch_wrapped_tensor(x):
-            return super().forward(x)
-        return super().forward(x.contiguous(memory_format=torch.channels_last)).contiguous()
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Normalisation helpers
@@ -150,9 +123,9 @@ def mnist_cnn(*, conv1_padding: int = 3, norm_groups: int | None = None) -> nn.S
     """
     layers = [
         *_conv_tanh("1", nn.Conv2d(1, 16, 8, stride=2, padding=conv1_padding), norm_groups),
-        ("pool1", MaxPool2d(2, stride=1)),
+        ("pool1", nn.MaxPool2d(2, stride=1)),
         *_conv_tanh("2", nn.Conv2d(16, 32, 4, stride=2), norm_groups),
-        ("pool2", MaxPool2d(2, stride=1)),
+        ("pool2", nn.MaxPool2d(2, stride=1)),
         ("flatten", nn.Flatten()),
         ("fc1", nn.Linear(32 * 4 * 4, 32)),
         ("tanh3", nn.Tanh()),
@@ -239,10 +212,10 @@ def digits_cnn(*, num_classes: int = 10) -> nn.Sequential:
     layers = [
         ("conv1", nn.Conv2d(1, 16, 3, padding=1)),
         ("tanh1", nn.Tanh()),
-        ("pool1", MaxPool2d(2)),
+        ("pool1", nn.MaxPool2d(2)),
         ("conv2", nn.Conv2d(16, 32, 3, padding=1)),
         ("tanh2", nn.Tanh()),
-        ("pool2", MaxPool2d(2)),
+        ("pool2", nn.MaxPool2d(2)),
         ("flatten", nn.Flatten()),
         ("fc", nn.Linear(32 * 2 * 2, num_classes)),
     ]
