@@ -29,7 +29,7 @@ from __future__ import annotations
 
 __all__ = [
     "LogRows", "TrainLog", "evaluate", "Interrupted", "request_stop", "clear_stop_request", "StaleCheckpointError",
-    "Trainer"
+    "Trainer", "EPOCH_SAVE_SECONDS"
 ]
 
 import threading

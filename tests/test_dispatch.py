@@ -84,13 +84,13 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
     folder, results_dir = tmp_path / "sweep", tmp_path / "results"
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the sweep follows its jobs; this test preempts one
         sweep_done = pool.submit(sweep.run_all, long, executor="slurm", slurm=options, sweep_dir=folder,
-                                 results_dir=str(results_dir), device="cpu", checkpoint_every=10_000, progress=False)
+                                 results_dir=str(results_dir), device="cpu", checkpoint_every=20, progress=False)
         manifest = folder / "manifest.json"
         checkpoint = results_dir / ".checkpoints" / "dispatch" / f"{long[2].path().stem}.pt"
         deadline = time.time() + 120
         while time.time() < deadline and not (checkpoint.exists() and manifest.exists()
                                               and dispatch.Manifest.read(manifest).entries[2]["job"]):
-            time.sleep(0.1)  # the third task has done its first epoch: it is training
+            time.sleep(0.1)  # the third task has saved its first checkpoint (step 20): it is training
         victim = submitit.SlurmJob(folder=folder, job_id=dispatch.Manifest.read(manifest).entries[2]["job"])
         victim._interrupt(timeout=False)  # scancel --signal SIGTERM, then USR2: what SLURM does before a preemption
         while time.time() < deadline and cluster.resolve(victim.job_id)[0]["restarts"] == 0:

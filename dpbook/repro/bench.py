@@ -261,7 +261,7 @@ def method_times(name: str, B: int, repeats: int | None, device) -> dict:
 def tables(record: dict) -> str:
     """The markdown tables of a recorded benchmark: step time (ratio to the non-private step) and peak memory."""
     lines = ["| model | B | " + " | ".join(CONTENDERS) + " |", "|---|---|" + "---|" * len(CONTENDERS)]
-    for cell in record["cells"]:
+    for cell in sorted(record["cells"], key=lambda c: (list(SETTINGS).index(c["model"]), c["B"])):
         base = cell["ms"].get("non-private")
         entries = []
         for c in CONTENDERS:
