@@ -1,7 +1,20 @@
 """Test-session settings shared by every test file."""
 
+import os
+
 import pytest
 import torch
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts) starts one worker more than the cores this process may use: a fifth of the
+    suite's time is spent waiting (kernels and subprocesses starting, submitit polling its jobs), which a third
+    worker fills. Measured on 2 cores: 16 min 0 s with 2 workers, 12 min 38 s with 3. pytest-xdist's variable
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
 
 
 @pytest.fixture(autouse=True, scope="session")
