@@ -85,11 +85,12 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: 
     was_training = model.training
     model.eval()
     loss, correct = 0.0, 0
-    for start in range(0, len(x), batch_size):
-        out = model(x[start:start + batch_size])
-        target = y[start:start + batch_size]
-        loss += nn.functional.cross_entropy(out, target, reduction="sum").item()
-        correct += (out.argmax(1) == target).sum().item()
+    with torch.no_grad():  # no graph: an evaluation's forward keeps nothing for a backward
+        for start in range(0, len(x), batch_size):
+            out = model(x[start:start + batch_size])
+            target = y[start:start + batch_size]
+            loss += nn.functional.cross_entropy(out, target, reduction="sum").item()
+            correct += (out.argmax(1) == target).sum().item()
     model.train(was_training)
     return {"loss": loss / max(len(x), 1), "accuracy": correct / max(len(x), 1)}
 

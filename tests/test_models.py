@@ -29,6 +29,7 @@ from dpbook.models import (
     resnet18_gn,
     resnet34_gn,
 )
+from dpbook.models.pooling import MaxPool2d
 from dpbook.per_sample import check_no_batchnorm
 
 PARAMETERS = {
@@ -237,3 +238,78 @@ def test_build_model_by_name():
     with pytest.raises(ValueError, match="valid: mnist_cnn, cifar10_cnn, resnet18_gn"):
         build_model("vgg16")
 
+
+
+# --- max pooling: nn.MaxPool2d bit for bit -------------------------------------------------------------------
+
+
+def _adversarial(shape, seed):
+    """Small integers (ties in most windows), with NaN, +-inf and -0.0 sprinkled in."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(-2, 3, shape, generator=gen).float()
+    for value, share in ((float("nan"), 0.05), (float("inf"), 0.05), (-float("inf"), 0.05), (-0.0, 0.2)):
+        x[torch.rand(shape, generator=gen) < share] = value
+    return x
+
+
+def _bits(t):
+    return t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("kernel", "stride", "padding"),
+                         [(2, 1, 0), (2, 2, 0), (3, 2, 1), (3, 1, 1), ((2, 3), (1, 2), (0, 1))])
+def test_max_pool_is_torchs_bit_for_bit_on_ties_nans_and_signed_zeros(kernel, stride, padding, seed):
+    """Values, the gradient of overlapping windows (summed in the same order) and the no-grad path."""
+    x = _adversarial((3, 5, 9, 11), seed).requires_grad_()
+    fast, usual = MaxPool2d(kernel, stride, padding), nn.MaxPool2d(kernel, stride, padding)
+    out, ref = fast(x), usual(x)
+    assert torch.equal(_bits(out), _bits(ref))
+    assert out.grad_fn is not None and "ChannelsLast" in type(out.grad_fn).__name__  # the fast path was taken
+    g = torch.randn(ref.shape, generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(_bits(torch.autograd.grad(out, x, g)[0]), _bits(torch.autograd.grad(ref, x, g)[0]))
+    with torch.no_grad():
+        assert torch.equal(_bits(fast(x)), _bits(usual(x)))
+
+
+def test_max_pool_under_vmap_is_torchs():
+    """dpbook's vmap path (torch.func transforms) takes torch's own pooling: the same per-sample gradients."""
+    torch.manual_seed(0)
+    model = mnist_cnn()
+    reference = copy.deepcopy(model)
+    for name in ("pool1", "pool2"):
+        setattr(reference, name, nn.MaxPool2d(2, stride=1))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x, y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
+
+    def per_sample(net):
+        def loss(p, xi, yi):
+            return nn.functional.cross_entropy(functional_call(net, p, (xi[None],)), yi[None])
+        return vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+
+    ours, theirs = per_sample(model), per_sample(reference)
+    assert all(torch.equal(ours[k], theirs[k]) for k in params)
+
+
+def test_the_models_train_as_with_torchs_pooling_bit_for_bit():
+    """Private steps on the MNIST CNN (stride-1 pooling: gradients shared by windows) and the CIFAR-10 CNN give the
+    same parameters as the same models with ``nn.MaxPool2d``: committed results stay reproducible."""
+    from dpbook.methods import METHODS
+    from dpbook.optim import DPOptimizer
+
+    for build, shape in ((mnist_cnn, (1, 28, 28)), (cifar10_cnn, (3, 32, 32))):
+        torch.manual_seed(0)
+        model = build()
+        reference = copy.deepcopy(model)
+        for name, module in list(reference.named_children()):
+            if isinstance(module, nn.MaxPool2d):
+                setattr(reference, name, nn.MaxPool2d(module.kernel_size, module.stride))
+        assert sum(type(m) is MaxPool2d for m in model.modules()) == 2 + (build is cifar10_cnn)
+        x, y = torch.randn(32, *shape), torch.randint(0, 10, (32,))
+        for net in (model, reference):
+            engine = DPOptimizer(net, torch.optim.Adam(net.parameters(), lr=0.01),
+                                 METHODS["dpsgd"](C=1.0, sigma=1.0), sample_rate=0.1, expected_batch_size=32,
+                                 noise_seed=3)
+            for _ in range(3):
+                engine.step(x, y)
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))

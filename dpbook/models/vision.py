@@ -3,7 +3,7 @@
 BatchNorm mixes the examples of a batch: one example's gradient then depends on the others, and DP-SGD's
 per-example sensitivity bound no longer holds. Every model here uses GroupNorm or no normalisation, ReLU with
 ``inplace=False``, and out-of-place residual additions, so both ``torch.func.vmap`` and Opacus's per-sample hooks
-work on them.
+work on them. Max pooling is :class:`dpbook.models.pooling.MaxPool2d`: ``nn.MaxPool2d`` bit for bit, faster on a CPU.
 
 =====================  =============================================  ===========  ==============================
 name                   model                                          parameters   used by
@@ -40,6 +40,8 @@ from collections import OrderedDict
 
 import torch
 from torch import nn
+
+from dpbook.models.pooling import MaxPool2d
 
 # ---------------------------------------------------------------------------------------------------------------
 # Normalisation helpers
@@ -123,9 +125,9 @@ def mnist_cnn(*, conv1_padding: int = 3, norm_groups: int | None = None) -> nn.S
     """
     layers = [
         *_conv_tanh("1", nn.Conv2d(1, 16, 8, stride=2, padding=conv1_padding), norm_groups),
-        ("pool1", nn.MaxPool2d(2, stride=1)),
+        ("pool1", MaxPool2d(2, stride=1)),
         *_conv_tanh("2", nn.Conv2d(16, 32, 4, stride=2), norm_groups),
-        ("pool2", nn.MaxPool2d(2, stride=1)),
+        ("pool2", MaxPool2d(2, stride=1)),
         ("flatten", nn.Flatten()),
         ("fc1", nn.Linear(32 * 4 * 4, 32)),
         ("tanh3", nn.Tanh()),
@@ -153,7 +155,7 @@ def cifar10_cnn(*, norm_groups: int | None = None) -> nn.Sequential:
         for i in "ab":
             layers += _conv_tanh(f"{block}{i}", nn.Conv2d(c_in, c, 3, padding=1), norm_groups)
             c_in = c
-        layers.append((f"pool{block}", nn.MaxPool2d(2)))
+        layers.append((f"pool{block}", MaxPool2d(2)))
     layers += [
         ("flatten", nn.Flatten()),
         ("fc1", nn.Linear(128 * 4 * 4, 128)),
@@ -212,10 +214,10 @@ def digits_cnn(*, num_classes: int = 10) -> nn.Sequential:
     layers = [
         ("conv1", nn.Conv2d(1, 16, 3, padding=1)),
         ("tanh1", nn.Tanh()),
-        ("pool1", nn.MaxPool2d(2)),
+        ("pool1", MaxPool2d(2)),
         ("conv2", nn.Conv2d(16, 32, 3, padding=1)),
         ("tanh2", nn.Tanh()),
-        ("pool2", nn.MaxPool2d(2)),
+        ("pool2", MaxPool2d(2)),
         ("flatten", nn.Flatten()),
         ("fc", nn.Linear(32 * 2 * 2, num_classes)),
     ]
@@ -298,7 +300,7 @@ class ResNetGN(nn.Module):
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
         self.gn1 = group_norm(64)
         self.relu = nn.ReLU(inplace=False)
-        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.maxpool = MaxPool2d(3, stride=2, padding=1)
         widths, c_in = (64, 128, 256, 512), 64
         for stage, (width, blocks) in enumerate(zip(widths, blocks_per_stage), start=1):
             stride = 1 if stage == 1 else 2
@@ -347,7 +349,7 @@ def resnet34_gn(*, num_classes: int = 10) -> ResNetGN:
 
 def _conv_gn_relu(c_in: int, c_out: int, *, pool: bool = False) -> nn.Sequential:
     layers = [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), group_norm(c_out), nn.ReLU(inplace=False)]
-    return nn.Sequential(*layers, *([nn.MaxPool2d(2)] if pool else []))
+    return nn.Sequential(*layers, *([MaxPool2d(2)] if pool else []))
 
 
 class Residual(nn.Module):
