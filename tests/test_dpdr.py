@@ -30,7 +30,7 @@ from dpbook.methods.dpdr import (
 )
 from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
-from dpbook.per_sample import flat_norms
+from dpbook.per_sample import NonFiniteGradientError, flat_norms
 from dpbook.train import Trainer
 from dpbook.tuning import tuning_plan
 from tests import reference
@@ -547,3 +547,21 @@ def test_methods_are_registered():
     assert type(make_method("dpdr", **GOOD)) is DPDR
     assert type(make_method("diff", C_d=1.0, sigma=1.0)) is DIFF
     assert type(make_method("diff2", C_d=1.0, sigma=1.0)) is DIFF2
+
+
+@pytest.mark.parametrize("name", ["diff2", "psasc-momentum"])
+def test_a_combination_that_overflows_is_named_with_its_fix(name):
+    """The gradients at both iterates are finite (the engine checks those), but their difference (DIFF2) or
+    weighted sum (DP-PSASC*'s inner momentum) overflows float32: a NonFiniteGradientError says so and what to do."""
+    model = nn.Linear(3, 2)
+    method = make_method(name, C_d=1.0, sigma=1.0) if name == "diff2" else \
+        make_method(name, C=1.0, r=0.01, s=0.9, sigma=1.0, K0=2, gamma0=0.5, gamma1=1.0)
+    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=0.5,
+                         expected_batch_size=B, per_sample="vmap")
+    x, y = torch.randn(4, 3), torch.randint(0, 2, (4,))
+    engine.step(x, y)  # DIFF2's restart, or DP-PSASC*'s first iterate stored
+    huge = [torch.full((4, *p.shape), 3e38) for p in model.parameters()]  # x 2 (or x 1.5) is past float32's max
+    sign = -1 if name == "diff2" else 1
+    mb = MicroBatch(x, y, huge, flat_norms(huge), lambda params: [sign * g for g in huge])
+    with pytest.raises(NonFiniteGradientError, match="overflowed.*rescale the loss"):
+        method.accumulate(method.start(list(model.parameters())), mb)

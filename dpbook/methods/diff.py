@@ -42,7 +42,7 @@ on the other steps:
 and :math:`w_{t+1} = \mathrm{optimizer}(w_t, v_t)`.
 
 Both gradients of a difference are taken on the *same* Poisson batch of step :math:`t` (one release, sensitivity
-:math:`C_d`), at the current and at the previous iterate (``MicroBatch.grads_at``): twice the gradient work of
+:math:`C_d`), at the current and at the previous iterate (``MicroBatch.at``): twice the gradient work of
 DP-SGD, as the DPDR paper says. What is left open, and made a hyperparameter here [DPDR-25]: the restart period
 :math:`R` (``restart_every``), the noise of the restarts against that of the differences (``sigma_restart``;
 :meth:`DIFF2.from_plan` takes their ratio and calibrates both to the budget for the run's exact heterogeneous
@@ -362,8 +362,9 @@ class DIFF2(_DifferenceMethod):
             return
         before = mb.at(self.w_previous)                                         # grad l(w_{t-1}; x_i), same batch
         delta = MicroBatch.combine([(1.0, mb), (-1.0, before)])                 # delta_i, formed only by vmap
-        if not bool(torch.isfinite(delta.norms).all()):
-            raise NonFiniteGradientError("a per-sample gradient at the previous iterate w_{t-1} is NaN or infinite")
+        if not bool(torch.isfinite(delta.norms).all()):  # at() refused non-finite gradients at w_{t-1}
+            raise NonFiniteGradientError("an example's difference of gradients g_i(w_t) - g_i(w_{t-1}) overflowed "
+                                         "(both gradients are finite); rescale the loss")
         self._add(acc, mb, clip_factors(delta.norms, self.C_d), delta.norms, delta)  # sum_i Clip(delta_i, C_d)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
