@@ -55,7 +55,16 @@ import torch
 from dpbook import checks
 from dpbook.accounting import sigma_eff
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import Combination, Grads, Pass, flat_norms, inner_products, layer_sq_norms, weighted_sum
+from dpbook.per_sample import (
+    Combination,
+    Grads,
+    NonFiniteGradientError,
+    Pass,
+    flat_norms,
+    inner_products,
+    layer_sq_norms,
+    weighted_sum,
+)
 from dpbook.per_sample.layers import combination
 from dpbook.tuning import TuningPlan
 
@@ -138,9 +147,14 @@ class MicroBatch:
         first = terms[0][1]
         if first.book_kept is not None:
             m = Pass.combined([(c, t.book_kept) for c, t in terms])
-            return MicroBatch(first.x, first.y, None, m.norms, None, first.index, m)
-        grads = [combination(parts, [c for c, _ in terms]) for parts in zip(*(t.grads for _, t in terms))]
-        return MicroBatch(first.x, first.y, grads, flat_norms(grads), None, first.index)
+            combined = MicroBatch(first.x, first.y, None, m.norms, None, first.index, m)
+        else:
+            grads = [combination(parts, [c for c, _ in terms]) for parts in zip(*(t.grads for _, t in terms))]
+            combined = MicroBatch(first.x, first.y, grads, flat_norms(grads), None, first.index)
+        if not bool(torch.isfinite(combined.norms).all()):  # each term's gradients are finite (the engine checks)
+            raise NonFiniteGradientError("an example's combination of its gradients at several iterates (DIFF2's "
+                                         "difference, DP-PSASC*'s inner momentum) overflowed; rescale the loss")
+        return combined
 
 
 @dataclass(frozen=True)
