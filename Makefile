@@ -40,6 +40,7 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 book: $(STAMP)
+	$(PY) tools/book_cache.py
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 	@echo "dpbook: the book is at $(CURDIR)/_build/html/index.html"
 
