@@ -13,7 +13,8 @@ import torch
 
 from dpbook.repro import bench
 
-TINY = ["--models", "mnist_cnn", "--batch-sizes", "8", "--repeats", "1", "--skip-memory", "--method-models"]
+TINY = ["--models", "mnist_cnn", "--batch-sizes", "8", "--repeats", "1", "--skip-memory", "--profile-models",
+        "--method-models"]
 
 
 def run(*args):
@@ -55,6 +56,23 @@ def test_methods_table_and_search_share():
                           "dcsgd-e threshold search"}
     text = bench.tables({"cells": [], "methods": [{"model": "mnist_cnn", "B": 16, "ms": times}]})
     assert all(f"| {m} |" in text for m in bench.BENCH_METHODS) and "DC-SGD-E's threshold search" in text
+
+
+def test_the_profile_times_every_stage_of_the_step_and_every_layer():
+    profile = bench.step_profile("mnist_cnn", 8, 1, torch.device("cpu"))
+    layers = ["conv1", "conv2", "fc1", "fc2"]
+    assert list(profile["strategies"]) == layers and profile["strategies"]["conv2"] == "ghost norm"
+    stages = {"non-private", "dpbook book-keeping", bench.SHARED, "noise",
+              *(f"{layer} {part}" for layer in layers for part in ("norms", "sum"))}
+    assert set(profile["ms"]) == stages and all(v > 0 for v in profile["ms"].values())
+    ms = profile["ms"]
+    floor = sum(v for k, v in ms.items() if k not in ("non-private", "dpbook book-keeping")) / ms["non-private"]
+    assert bench.profile_floor(profile) == pytest.approx(floor)
+    text = bench.tables({"cells": [], "methods": [], "profile": [profile]})
+    assert "| conv2: norms (ghost norm) |" in text and f"together: {floor:.2f}x the non-private step" in text
+    rows = bench.profile_table(profile).splitlines()[2:]
+    assert rows[0].startswith("| non-private step") and rows[-1].startswith("| noise")
+    assert len(rows) == 2 + 1 + 2 * len(layers) + 1 and all(r in text for r in rows)  # steps, shared, layers, noise
 
 
 def test_the_bench_times_every_minibatch_method():

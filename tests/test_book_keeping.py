@@ -19,6 +19,7 @@ from dpbook.audit.scenarios import SCENARIOS
 from dpbook.methods import METHODS, make_method
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import BookKeeping, Pass, PerSampleGradients, flat_norms, layers, weighted_sum
+from dpbook.per_sample.book_keeping import Unsupported
 from tests.reference import NoNoise, batch, flat_norm, per_example_gradients, tiny_cnn
 
 F = nn.functional.cross_entropy
@@ -429,6 +430,27 @@ def test_the_plan_names_each_layers_strategy():
         data.encode_names(["Adam"], max_length=9))}
     assert lstm["layers.0.hh"]["positions"] == 9 and lstm["layers.0.hh"]["strategy"] == layers.GHOST  # once per step
     assert lstm["embedding"]["strategy"] == layers.GHOST
+
+
+def test_a_pass_in_its_two_stages_is_the_pass():
+    """``recorded`` (the bench's profile) gives each layer's norms and sum exactly as the engine's call, as often
+    as its rules are called, and drops the stored tensors when the block ends; a model the engine refuses is refused
+    there too."""
+    torch.manual_seed(0)
+    model, x, y = models.mnist_cnn(), torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
+    engine = BookKeeping(model, F)
+    whole, w = engine(x, y), torch.rand(6)
+    with engine.recorded(x, y) as rules:
+        assert list(rules) == ["conv1", "conv2", "fc1", "fc2"]
+        per_layer = {layer: rule() for layer, rule in rules.items()}
+        assert torch.equal(rules["conv2"]().sq_norms, per_layer["conv2"].sq_norms)  # again, the same tensors
+    assert all(not layer.calls for layer in engine.layers)
+    staged = Pass(per_layer, engine._owners, engine.params, 6)
+    assert torch.equal(staged.norms, whole.norms)
+    assert all(torch.equal(a, b) for a, b in zip(staged.summed(w), whole.summed(w), strict=True))
+    with pytest.raises(Unsupported, match="tied weights"):
+        with BookKeeping(Tied(), F).recorded(*batch(4)):
+            pass
 
 
 @pytest.mark.parametrize("name", sorted(IMAGE_MODELS))

@@ -41,7 +41,7 @@ SMALL = {
     "dpbook.repro.sweep digits": ["--methods", "dcsgd-e", "--epsilons", "4", "--seeds", "1", "--epochs", "1"],
     "dpbook.repro.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "1", "--epochs", "1"],
     "dpbook.repro.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8",
-                           "--method-models"],
+                           "--method-models", "--profile-models"],
     "dpbook.audit": ["--trials", "200", "--steps", "2", "--jobs", "1"],  # 200 plays, the two-step audits, 1 process
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
     # the dry run of one chapter's sample at B = 2; the GPU check's path on the CPU (the documented one needs CUDA)

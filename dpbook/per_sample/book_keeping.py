@@ -48,6 +48,7 @@ from __future__ import annotations
 __all__ = ["SELF_CHECK_EXAMPLES", "Unsupported", "BookKeeping", "Pass", "Combination"]
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
@@ -180,9 +181,29 @@ class BookKeeping:
             raise Unsupported(self.unsupported)
         if not len(x):
             return Pass({}, self._owners, self.params, 0)
+        with self.recorded(x, y) as rules:
+            return self._gathered(rules, len(x))
+
+    @contextlib.contextmanager
+    def recorded(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[dict[str, Callable[[], layers.LayerGrads]]]:
+        """A pass in its two stages, for a profile of where its time goes (``python -m dpbook.repro.bench``):
+        entering runs the forward and the backward to the layers' outputs (the stage a non-private step shares);
+        the block gets, for each layer called, its rule as a call that forms the layer's per-sample norms from the
+        stored tensors (a :class:`~dpbook.per_sample.layers.LayerGrads`, whose ``weighted`` is the layer's sum),
+        as often as it is called; leaving drops the stored tensors. Calling the engine does both at once.
+
+            >>> from dpbook.models import mnist_cnn
+            >>> engine = BookKeeping(mnist_cnn(), nn.functional.cross_entropy)
+            >>> with engine.recorded(torch.randn(3, 1, 28, 28), torch.tensor([0, 1, 2])) as rules:
+            ...     {layer: tuple(rule().sq_norms.shape) for layer, rule in rules.items()}
+            {'conv1': (3,), 'conv2': (3,), 'fc1': (3,), 'fc2': (3,)}
+        """
+        if self.unsupported:
+            raise Unsupported(self.unsupported)
         if not self.checked:
             self.checked = self._self_check(x[:SELF_CHECK_EXAMPLES], y[:SELF_CHECK_EXAMPLES])
-        return self._pass(x, y)
+        with self._recorded(x, y) as rules:
+            yield rules
 
     def plan(self, x: torch.Tensor) -> list[dict]:
         """How each layer with trainable parameters gets its per-sample norms on inputs like ``x`` (one forward
@@ -216,16 +237,19 @@ class BookKeeping:
         return {"layer": layer.prefix, "type": type(module).__name__, "trainable": trainable,
                 "positions": positions, "strategy": strategy}
 
-    # --- the two passes -----------------------------------------------------------------------------------
-    def _pass(self, x, y, watch: _ParameterUse | None = None) -> "Pass":
-        n = len(x)
+    # --- the two stages of a pass -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _recorded(self, x, y, watch: _ParameterUse | None = None):
         try:
             self._forward_backward(x, y, watch)
-            per_layer = {layer.prefix: self._layer_grads(layer, n) for layer in self.layers if layer.calls}
+            yield {layer.prefix: functools.partial(self._layer_grads, layer, len(x))
+                   for layer in self.layers if layer.calls}
         finally:
             for layer in self.layers:
                 layer.calls = []
-        return Pass(per_layer, self._owners, self.params, n)
+
+    def _gathered(self, rules: dict[str, Callable[[], layers.LayerGrads]], n: int) -> "Pass":
+        return Pass({prefix: rule() for prefix, rule in rules.items()}, self._owners, self.params, n)
 
     def _forward_backward(self, x, y, watch: _ParameterUse | None = None) -> None:
         """Forward with every layer's inputs and output recorded, then the output gradients of the summed
@@ -305,7 +329,8 @@ class BookKeeping:
         self.model.eval()
         try:
             with _exact_matmuls():
-                got = self._pass(x, y, watch)
+                with self._recorded(x, y, watch) as rules:
+                    got = self._gathered(rules, len(x))
                 reference = PerSampleGradients(self.model, self.loss_fn)(x, y)
         finally:
             for module, mode in training.items():

@@ -8,6 +8,9 @@
    on a GPU, peak allocated). Every contender processes the logical batch in the same physical batches.
 2. **Methods.** Every minibatch method's step on the engine's default path (Book-Keeping) and on the ``vmap``
    path, against DP-SGD's fast step, and DC-SGD-E's threshold search alone.
+3. **Profile.** Where DP-SGD's Book-Keeping step spends its time, stage by stage and layer by layer, against the
+   non-private step: the forward and backward both steps run, each layer's per-sample norms and re-weighted sum,
+   the noise.
 
 The models are those the reproductions train: the standard DP MNIST CNN (in place of the papers' own
 [DCSGD-35]), the CIFAR-10 CNN, ResNet18-GN on 32x32 inputs and the trainable head of BERT-base (its last encoder
@@ -22,10 +25,12 @@ from __future__ import annotations
 
 __all__ = [
     "loss_fn", "interleaved_median_ms", "Setting", "SETTINGS", "CONTENDERS", "batch", "make_step", "memory_child",
-    "BENCH_METHODS", "method_times", "tables", "parser", "main", "run"
+    "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED", "step_profile", "profile_floor", "profile_table",
+    "tables", "parser", "main", "run"
 ]
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -43,7 +48,9 @@ from torch import nn
 from dpbook import cli, models
 from dpbook.io import atomic_write_json, resumable
 from dpbook.methods import METHODS, in_book_order, make_method
+from dpbook.noise import GaussianNoise
 from dpbook.optim import DPOptimizer
+from dpbook.per_sample import BookKeeping
 from dpbook.tasks import TASKS
 
 loss_fn = nn.functional.cross_entropy
@@ -255,6 +262,69 @@ def method_times(name: str, B: int, repeats: int | None, device) -> dict:
     return times
 
 
+# --- 3. profile -------------------------------------------------------------------------------------------------
+
+PROFILE_B = 256
+"""The logical batch of the profile, as of the methods comparison."""
+
+SHARED = "forward and backward"
+"""The profile's stage that a non-private step runs too: the forward, and the backward to the layers' outputs (the
+non-private step's backward goes on to the weight gradients)."""
+
+
+def step_profile(name: str, B: int, repeats: int | None, device) -> dict:
+    """DP-SGD's Book-Keeping step taken apart (ms, medians of the same interleaved rounds, by default three times
+    the setting's: each stage is short): the non-private and the private step whole; :data:`SHARED`; each layer's
+    per-sample norms from the stored tensors (:meth:`~dpbook.per_sample.BookKeeping.recorded`) and its re-weighted
+    sum with DP-SGD's weights at C = 1; one Gaussian draw per parameter (the release's noise). What the stages leave
+    of the step is the engine's glue: weights, accumulators, the optimizer's update."""
+    setting = SETTINGS[name]
+    x, y = batch(setting, B, device)
+    steps = {c: make_step(c, setting, x, y, device) for c in ("non-private", "dpbook book-keeping")}
+    torch.manual_seed(0)
+    model = setting.build().to(device)
+    shared, layered = BookKeeping(model, loss_fn), BookKeeping(model, loss_fn)  # two engines: their stored tensors
+    w = (1.0 / layered(x, y).norms).clamp(max=1.0)
+    noise = GaussianNoise(0, device=device)
+
+    def forward_backward():
+        with shared.recorded(x, y):
+            pass
+
+    stages = {SHARED: forward_backward}
+    with layered.recorded(x, y) as rules:  # one pass's stored tensors, kept while its layers are timed
+        for layer, rule in rules.items():
+            stages[f"{layer} norms"] = rule
+            stages[f"{layer} sum"] = functools.partial(rule().weighted, w)
+        stages["noise"] = lambda: [noise.like(p, 1.0) for p in layered.params]
+        ms = interleaved_median_ms({**steps, **stages}, 3 * setting.repeats if repeats is None else repeats, device)
+    return {"model": name, "B": B, "ms": ms,
+            "strategies": {r["layer"]: r["strategy"] for r in layered.plan(x)}}
+
+
+def profile_floor(profile: dict) -> float:
+    """The stages together over the non-private step: what the private step would cost, relative to the
+    non-private one, if the engine's glue were free (every stage is work a private step of this engine cannot
+    skip: the pass, each layer's norms and sum, the noise)."""
+    ms = profile["ms"]
+    stages = [SHARED, "noise", *(f"{layer} {part}" for layer in profile["strategies"] for part in ("norms", "sum"))]
+    return sum(ms[k] for k in stages) / ms["non-private"]
+
+
+def profile_table(profile: dict) -> str:
+    """The markdown table of one profile: each stage's time and its share of the non-private step."""
+    ms, base = profile["ms"], profile["ms"]["non-private"]
+    rows = [("non-private step (forward, backward, update)", "non-private"),
+            ("DP-SGD step (Book-Keeping)", "dpbook book-keeping"), (f"{SHARED} to the layers' outputs", SHARED)]
+    for layer, strategy in profile["strategies"].items():
+        rows += [(f"{layer}: norms ({strategy})", f"{layer} norms"),
+                 (f"{layer}: re-weighted sum", f"{layer} sum")]
+    rows.append(("noise (one draw per parameter)", "noise"))
+    lines = ["| stage | time | / non-private step |", "|---|---|---|"]
+    lines += [f"| {label} | {ms[key]:,.2f} ms | {ms[key] / base:.2f} |" for label, key in rows]
+    return "\n".join(lines)
+
+
 # --- records and tables ----------------------------------------------------------------------------------------
 
 
@@ -282,6 +352,10 @@ def tables(record: dict) -> str:
         search = m["ms"]["dcsgd-e threshold search"]
         out += (f"\n\nDC-SGD-E's threshold search: {search:.3f} ms, {100 * search / m['ms']['dcsgd-e']:.2f} % of "
                 "its step.")
+    for profile in record.get("profile", []):
+        out += (f"\n\nWhere DP-SGD's step goes, {SETTINGS[profile['model']].label}, B = {profile['B']} (stages timed "
+                f"apart)\n\n{profile_table(profile)}\n\nThe stages together: {profile_floor(profile):.2f}x the "
+                "non-private step.")
     return out
 
 
@@ -309,9 +383,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), type=cli.choice(CONTENDERS, "contender"),
                         help=f"the steps compared (default: all of {', '.join(CONTENDERS)})")
     parser.add_argument("--repeats", type=cli.integer(1, "interleaved rounds per cell"),
-                        help="interleaved rounds per cell (median; default 7, 3 for the ResNet and BERT)")
+                        help="interleaved rounds per cell (median; default 7, 3 for the ResNet and BERT; the profile "
+                        "three times as many)")
     parser.add_argument("--method-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], type=model,
                         help="models of the methods comparison (B = 256)")
+    parser.add_argument("--profile-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], type=model,
+                        help=f"models of the profile of DP-SGD's step (B = {PROFILE_B})")
     parser.add_argument("--threads", type=cli.integer(1, "torch threads"), default=torch.get_num_threads())
     parser.add_argument("--device", type=cli.device(), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--skip-memory", action="store_true")
@@ -345,11 +422,11 @@ def run(args, parser, device) -> None:
     from dpbook.repro.results import provenance
 
     parameters = {k: getattr(args, k) for k in ("models", "batch_sizes", "contenders", "repeats", "method_models",
-                                                "threads", "skip_memory")}
+                                                "profile_models", "threads", "skip_memory")}
     cells = [] if args.output is None else resumable(args.output, parameters, "cells", force=args.force,
                                                      parser=parser)
     record = {"study": "bench", "parameters": parameters, "provenance": provenance(device), "cells": cells,
-              "methods": []}
+              "methods": [], "profile": []}
     print(f"dpbook.repro.bench: torch {torch.__version__}, {device}, {args.threads} thread(s)")
     done = {(c["model"], c["B"]) for c in cells}
     for name in args.models:
@@ -370,7 +447,12 @@ def run(args, parser, device) -> None:
         start = time.perf_counter()
         ms = method_times(name, 256, args.repeats, device)
         record["methods"].append({"model": name, "B": 256, "ms": ms, "seconds": time.perf_counter() - start})
-    record["seconds"] = sum(c["seconds"] for c in [*cells, *record["methods"]])  # run time, resumed parts included
+    for name in args.profile_models:
+        start = time.perf_counter()
+        record["profile"].append({**step_profile(name, PROFILE_B, args.repeats, device),
+                                  "seconds": time.perf_counter() - start})
+    parts = [*cells, *record["methods"], *record["profile"]]
+    record["seconds"] = sum(c["seconds"] for c in parts)  # run time, resumed parts included
     if args.output:
         atomic_write_json(record, args.output)
     print(tables(record))

@@ -53,7 +53,8 @@ def _bench(args, device: torch.device) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "bench.json"
         bench.main(["--models", *args.bench_models, "--batch-sizes", str(args.bench_batch), "--method-models",
-                    "--device", str(device), "--output", str(output), *(["--skip-memory"] if args.skip_memory else [])])
+                    "--profile-models", "--device", str(device), "--output", str(output),
+                    *(["--skip-memory"] if args.skip_memory else [])])
         return json.loads(output.read_text())
 
 
