@@ -96,3 +96,4 @@ def test_the_recorded_benchmark_is_complete():
     assert cells == {(m, B) for m, s in bench.SETTINGS.items() for B in s.batch_sizes}
     assert all(set(c["ms"]) == set(c["peak_mib"]) == set(bench.CONTENDERS) for c in record["cells"])
     assert {m["model"] for m in record["methods"]} == {"mnist_cnn", "cifar10_cnn"}
+    assert [(p["model"], p["B"]) for p in record["profile"]] == [("mnist_cnn", 256), ("cifar10_cnn", 256)]
