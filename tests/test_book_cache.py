@@ -32,12 +32,15 @@ def test_a_page_older_than_its_inputs_is_executed_again(tmp_path):
     cache = jupyter_cache.get_cache(cache_dir)
     old, new = (_executed_notebook(tmp_path / f"{name}.ipynb", name) for name in ("old", "new"))
     cache.cache_notebook_file(old, check_validity=False)
+    _executed_notebook(old, "old, second version")  # another version of its code: a second record, same file
+    cache.cache_notebook_file(old, check_validity=False)
     time.sleep(0.01)
     cache.cache_notebook_file(new, check_validity=False)
     for notebook in (old, new):
         os.utime(notebook, (0, 0))
     created = {Path(r.uri).name: r.created.replace(tzinfo=timezone.utc).timestamp()  # naive UTC in the cache
-               for r in cache.list_cache_records()}
+               for r in cache.list_cache_records()}  # the old notebook's latest record
+    assert len(cache.list_cache_records()) == 3
     assert created["old.ipynb"] < created["new.ipynb"]
 
     assert book_cache.refresh(cache_dir, created["new.ipynb"]) == [old]  # an input changed between the two

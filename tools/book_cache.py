@@ -31,7 +31,8 @@ def newest_input(root: Path = ROOT, inputs=INPUTS) -> float:
 
 def refresh(cache_dir: Path, since: float) -> list[Path]:
     """Remove the cached executions created before ``since`` (seconds since the epoch) and touch their notebooks;
-    the notebooks touched, in the cache's order. A missing cache is an empty one."""
+    the notebooks touched, each once (a notebook may have several cached executions, one per version of its code),
+    in the cache's order. A missing cache is an empty one."""
     if not (cache_dir / "global.db").exists():
         return []
     from jupyter_cache import get_cache
@@ -43,7 +44,7 @@ def refresh(cache_dir: Path, since: float) -> list[Path]:
         if created < since:
             cache.remove_cache(record.pk)
             notebook = Path(record.uri)
-            if notebook.exists():
+            if notebook.exists() and notebook not in stale:
                 os.utime(notebook)
                 stale.append(notebook)
     return stale
