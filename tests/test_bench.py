@@ -68,6 +68,8 @@ def test_the_profile_times_every_stage_of_the_step_and_every_layer():
     ms = profile["ms"]
     floor = sum(v for k, v in ms.items() if k not in ("non-private", "dpbook book-keeping")) / ms["non-private"]
     assert bench.profile_floor(profile) == pytest.approx(floor)
+    assert bench.profile_share(profile, "norms") == pytest.approx(
+        sum(ms[f"{layer} norms"] for layer in layers) / ms["non-private"])
     text = bench.tables({"cells": [], "methods": [], "profile": [profile]})
     assert "| conv2: norms (ghost norm) |" in text and f"together: {floor:.2f}x the non-private step" in text
     rows = bench.profile_table(profile).splitlines()[2:]

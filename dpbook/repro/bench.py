@@ -25,7 +25,8 @@ from __future__ import annotations
 
 __all__ = [
     "loss_fn", "interleaved_median_ms", "Setting", "SETTINGS", "CONTENDERS", "batch", "make_step", "memory_child",
-    "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED", "step_profile", "profile_floor", "profile_table",
+    "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED", "step_profile", "profile_share", "profile_floor",
+    "profile_table",
     "tables", "parser", "main", "run"
 ]
 
@@ -50,7 +51,7 @@ from dpbook.io import atomic_write_json, resumable
 from dpbook.methods import METHODS, in_book_order, make_method
 from dpbook.noise import GaussianNoise
 from dpbook.optim import DPOptimizer
-from dpbook.per_sample import BookKeeping
+from dpbook.per_sample import BookKeeping, clip_factors
 from dpbook.tasks import TASKS
 
 loss_fn = nn.functional.cross_entropy
@@ -284,7 +285,7 @@ def step_profile(name: str, B: int, repeats: int | None, device) -> dict:
     torch.manual_seed(0)
     model = setting.build().to(device)
     shared, layered = BookKeeping(model, loss_fn), BookKeeping(model, loss_fn)  # two engines: their stored tensors
-    w = (1.0 / layered(x, y).norms).clamp(max=1.0)
+    w = clip_factors(layered(x, y).norms, 1.0)
     noise = GaussianNoise(0, device=device)
 
     def forward_backward():
@@ -302,18 +303,24 @@ def step_profile(name: str, B: int, repeats: int | None, device) -> dict:
             "strategies": {r["layer"]: r["strategy"] for r in layered.plan(x)}}
 
 
+def profile_share(profile: dict, stage: str) -> float:
+    """A stage's time over the non-private step's: a stage of the profile (:data:`SHARED`, ``"noise"``,
+    ``"conv1 norms"``, a whole step), or ``"norms"`` and ``"sum"``, every layer's together."""
+    ms = profile["ms"]
+    if stage in ("norms", "sum"):
+        return sum(ms[f"{layer} {stage}"] for layer in profile["strategies"]) / ms["non-private"]
+    return ms[stage] / ms["non-private"]
+
+
 def profile_floor(profile: dict) -> float:
     """The stages together over the non-private step: what the private step would cost, relative to the
     non-private one, if the engine's glue were free (every stage is work a private step of this engine cannot
     skip: the pass, each layer's norms and sum, the noise)."""
-    ms = profile["ms"]
-    stages = [SHARED, "noise", *(f"{layer} {part}" for layer in profile["strategies"] for part in ("norms", "sum"))]
-    return sum(ms[k] for k in stages) / ms["non-private"]
+    return sum(profile_share(profile, stage) for stage in (SHARED, "norms", "sum", "noise"))
 
 
 def profile_table(profile: dict) -> str:
     """The markdown table of one profile: each stage's time and its share of the non-private step."""
-    ms, base = profile["ms"], profile["ms"]["non-private"]
     rows = [("non-private step (forward, backward, update)", "non-private"),
             ("DP-SGD step (Book-Keeping)", "dpbook book-keeping"), (f"{SHARED} to the layers' outputs", SHARED)]
     for layer, strategy in profile["strategies"].items():
@@ -321,7 +328,7 @@ def profile_table(profile: dict) -> str:
                  (f"{layer}: re-weighted sum", f"{layer} sum")]
     rows.append(("noise (one draw per parameter)", "noise"))
     lines = ["| stage | time | / non-private step |", "|---|---|---|"]
-    lines += [f"| {label} | {ms[key]:,.2f} ms | {ms[key] / base:.2f} |" for label, key in rows]
+    lines += [f"| {label} | {profile['ms'][key]:,.2f} ms | {profile_share(profile, key):.2f} |" for label, key in rows]
     return "\n".join(lines)
 
 
