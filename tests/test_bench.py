@@ -28,7 +28,8 @@ def test_every_contender_runs_and_a_rerun_resumes(tmp_path):
     record = json.loads(out.read_text())
     (cell,) = record["cells"]
     assert (cell["model"], cell["B"], cell["micro_batch"]) == ("mnist_cnn", 8, None)
-    assert set(cell["ms"]) == set(bench.CONTENDERS) and all(v > 0 for v in cell["ms"].values())
+    assert set(cell["ms"]) == set(cell["rounds"]) == set(bench.CONTENDERS) and all(v > 0 for v in cell["ms"].values())
+    assert cell["ms"] == bench.medians(cell["rounds"]) and all(len(t) == 1 for t in cell["rounds"].values())
     assert record["provenance"]["versions"]["torch"] == torch.__version__
     again = run(*TINY, "--output", str(out))
     assert again.returncode == 0 and "mnist_cnn B=8" not in again.stderr  # nothing re-run
@@ -51,11 +52,27 @@ def test_micro_batches_cover_the_logical_batch():
 
 
 def test_methods_table_and_search_share():
-    times = bench.method_times("mnist_cnn", 16, 1, torch.device("cpu"))
-    assert set(times) == {*bench.BENCH_METHODS, *(f"{m} (vmap)" for m in bench.BENCH_METHODS),
-                          "dcsgd-e threshold search"}
-    text = bench.tables({"cells": [], "methods": [{"model": "mnist_cnn", "B": 16, "ms": times}]})
+    times = bench.method_times("mnist_cnn", 16, 2, torch.device("cpu"))
+    assert set(times["rounds"]) == {*bench.BENCH_METHODS, *(f"{m} (vmap)" for m in bench.BENCH_METHODS)}
+    assert all(len(t) == 2 for t in times["rounds"].values()) and times["search"] > 0
+    ms = bench.medians(times["rounds"])
+    text = bench.tables({"cells": [], "methods": [{"model": "mnist_cnn", "B": 16, "ms": ms, **times}]})
     assert all(f"| {m} |" in text for m in bench.BENCH_METHODS) and "DC-SGD-E's threshold search" in text
+    assert f"| dpsgd | {ms['dpsgd']:,.1f} ms | 1.00x (1.00 to 1.00) |" in text
+    diff2 = bench.paired(times["rounds"], ["diff2"], "dpsgd")
+    assert f"| diff2 | {ms['diff2']:,.1f} ms | {diff2} |" in text
+
+
+def test_a_ratio_is_paired_round_by_round():
+    """Each round's ratio, then its median and quartiles: a slow stretch of the machine (rounds 4 and 5 here) slows
+    both sides of those rounds' ratios, where a ratio of the medians would mix a slow step with a fast base."""
+    rounds = {"step": [2.0, 2.0, 2.2, 6.0, 7.0], "base": [1.0, 1.0, 1.0, 3.0, 3.0]}
+    spread = bench.paired(rounds, ["step"], "base")
+    assert (spread.low, spread.median, spread.high) == (2.0, 2.0, pytest.approx(2.2))
+    assert bench.medians(rounds)["step"] / bench.medians(rounds)["base"] == pytest.approx(2.2)
+    assert str(spread) == "2.00x (2.00 to 2.20)"
+    parts = bench.paired({"a": [1.0, 3.0], "b": [1.0, 1.0], "base": [1.0, 2.0]}, ["a", "b"], "base")
+    assert (parts.low, parts.median, parts.high) == (2.0, 2.0, 2.0)
 
 
 def test_the_profile_times_every_stage_of_the_step_and_every_layer():
@@ -64,14 +81,16 @@ def test_the_profile_times_every_stage_of_the_step_and_every_layer():
     assert list(profile["strategies"]) == layers and profile["strategies"]["conv2"] == "ghost norm"
     stages = {"non-private", "dpbook book-keeping", bench.SHARED, "noise",
               *(f"{layer} {part}" for layer in layers for part in ("norms", "sum"))}
-    assert set(profile["ms"]) == stages and all(v > 0 for v in profile["ms"].values())
-    ms = profile["ms"]
-    floor = sum(v for k, v in ms.items() if k not in ("non-private", "dpbook book-keeping")) / ms["non-private"]
-    assert bench.profile_floor(profile) == pytest.approx(floor)
+    assert set(profile["ms"]) == set(profile["rounds"]) == stages and all(v > 0 for v in profile["ms"].values())
+    rounds = profile["rounds"]  # one round: every ratio is that round's
+    floor = sum(t[0] for k, t in rounds.items() if k not in ("non-private", "dpbook book-keeping")) \
+        / rounds["non-private"][0]
+    assert bench.profile_floor(profile) == bench.Spread(floor, floor, floor)
     assert bench.profile_share(profile, "norms") == pytest.approx(
-        sum(ms[f"{layer} norms"] for layer in layers) / ms["non-private"])
+        sum(rounds[f"{layer} norms"][0] for layer in layers) / rounds["non-private"][0])
     text = bench.tables({"cells": [], "methods": [], "profile": [profile]})
-    assert "| conv2: norms (ghost norm) |" in text and f"together: {floor:.2f}x the non-private step" in text
+    assert "| conv2: norms (ghost norm) |" in text
+    assert f"together: {floor:.2f}x ({floor:.2f} to {floor:.2f}) the non-private step" in text
     rows = bench.profile_table(profile).splitlines()[2:]
     assert rows[0].startswith("| non-private step") and rows[-1].startswith("| noise")
     assert len(rows) == 2 + 1 + 2 * len(layers) + 1 and all(r in text for r in rows)  # steps, shared, layers, noise
@@ -96,6 +115,7 @@ def test_the_recorded_benchmark_is_complete():
     record = json.loads(RECORD.read_text())
     cells = {(c["model"], c["B"]) for c in record["cells"]}
     assert cells == {(m, B) for m, s in bench.SETTINGS.items() for B in s.batch_sizes}
-    assert all(set(c["ms"]) == set(c["peak_mib"]) == set(bench.CONTENDERS) for c in record["cells"])
+    assert all(set(c["ms"]) == set(c["rounds"]) == set(c["peak_mib"]) == set(bench.CONTENDERS) for c in record["cells"])
+    assert record["parameters"]["schema"] == bench.SCHEMA
     assert {m["model"] for m in record["methods"]} == {"mnist_cnn", "cifar10_cnn"}
     assert [(p["model"], p["B"]) for p in record["profile"]] == [("mnist_cnn", 256), ("cifar10_cnn", 256)]

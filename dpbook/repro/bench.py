@@ -3,7 +3,8 @@
 1. **Engines.** For each model and logical batch B, one DP-SGD step (forward, backward, clip, noise, optimizer
    step) by five contenders: the non-private step, dpbook's Book-Keeping path, dpbook's vmap path, Opacus's hooks
    (``grad_sample_mode="hooks"``) and Opacus's ghost clipping (``"ghost"``). Times are medians of interleaved
-   rounds (A B C ... A B C ...), so that a change in the machine's load hits every contender alike; peak memory
+   rounds (A B C ... A B C ...), so that a change in the machine's load hits every contender alike; a ratio of two
+   steps is taken round by round and given as its median and quartiles over the rounds (:func:`paired`); peak memory
    is measured in a fresh child process per contender (resident memory above the process before its first step;
    on a GPU, peak allocated). Every contender processes the logical batch in the same physical batches.
 2. **Methods.** Every minibatch method's step on the engine's default path (Book-Keeping) and on the ``vmap``
@@ -24,10 +25,10 @@ the markdown tables of a record: the README's and the book's tables are rendered
 from __future__ import annotations
 
 __all__ = [
-    "loss_fn", "interleaved_median_ms", "Setting", "SETTINGS", "CONTENDERS", "batch", "make_step", "memory_child",
-    "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED", "step_profile", "profile_share", "profile_floor",
-    "profile_table",
-    "tables", "parser", "main", "run"
+    "loss_fn", "interleaved_rounds_ms", "medians", "interleaved_median_ms", "Spread", "paired", "Setting", "SETTINGS",
+    "CONTENDERS", "batch", "make_step", "memory_child", "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED",
+    "step_profile", "profile_share", "profile_floor", "profile_table", "SCHEMA", "SPREAD_NOTE", "tables", "parser",
+    "main", "run"
 ]
 
 import argparse
@@ -41,8 +42,9 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -57,8 +59,8 @@ from dpbook.tasks import TASKS
 loss_fn = nn.functional.cross_entropy
 
 
-def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
-    """Median wall time (ms) of each step function, timed in interleaved rounds (A B C A B C ...) so that a
+def interleaved_rounds_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, list[float]]:
+    """Wall time (ms) of each step function in each of ``repeats`` interleaved rounds (A B C A B C ...), so that a
     change in the machine's load hits every contender alike; one warm-up call each first."""
     def once(fn) -> float:
         if device.type == "cuda":
@@ -67,7 +69,7 @@ def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> di
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - start
+        return 1000 * (time.perf_counter() - start)
 
     for fn in steps.values():
         fn()
@@ -75,7 +77,42 @@ def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> di
     for _ in range(repeats):
         for name, fn in steps.items():
             times[name].append(once(fn))
-    return {name: 1000 * statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def medians(rounds: dict[str, list[float]]) -> dict[str, float]:
+    """Each step's median over its rounds."""
+    return {name: statistics.median(t) for name, t in rounds.items()}
+
+
+def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
+    """Median wall time (ms) of each step function over :func:`interleaved_rounds_ms`."""
+    return medians(interleaved_rounds_ms(steps, repeats, device))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A ratio's median over the rounds, and its quartiles."""
+
+    low: float
+    median: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f}x ({self.low:.2f} to {self.high:.2f})"
+
+
+def paired(rounds: dict[str, list[float]], parts: Sequence[str], base: str) -> Spread:
+    """The time of ``parts`` together over ``base``'s, taken round by round (each round times them all within
+    moments of one another, so a slower minute of a shared machine slows both sides of a ratio) and summarised by
+    its median and quartiles over the rounds.
+
+    >>> paired({"a": [2.0, 3.0, 20.0], "b": [1.0, 1.0, 1.0], "base": [1.0, 2.0, 10.0]}, ["a", "b"], "base")
+    Spread(low=2.05, median=2.1, high=2.55)
+    """
+    ratios = [sum(rounds[p][i] for p in parts) / rounds[base][i] for i in range(len(rounds[base]))]
+    low, median, high = np.quantile(ratios, [0.25, 0.5, 0.75])
+    return Spread(float(low), float(median), float(high))
 
 
 # --- what is benchmarked ----------------------------------------------------------------------------------------
@@ -187,11 +224,11 @@ def _opacus_step(mode: str, model, setting: Setting, x, y) -> Callable[[], None]
 # --- 1. engines ------------------------------------------------------------------------------------------------
 
 
-def _engine_times(name: str, B: int, contenders, repeats: int | None, device) -> dict[str, float]:
+def _engine_rounds(name: str, B: int, contenders, repeats: int | None, device) -> dict[str, list[float]]:
     setting = SETTINGS[name]
     x, y = batch(setting, B, device)
     steps = {c: make_step(c, setting, x, y, device) for c in contenders}
-    return interleaved_median_ms(steps, setting.repeats if repeats is None else repeats, device)
+    return interleaved_rounds_ms(steps, setting.repeats if repeats is None else repeats, device)
 
 
 def _status_mib(field: str) -> float:
@@ -240,10 +277,11 @@ BENCH_METHODS = tuple(name for name in in_book_order() if not METHODS[name].full
 
 
 def method_times(name: str, B: int, repeats: int | None, device) -> dict:
-    """Every method's step on the engine's default path and on the ``vmap`` path, and DC-SGD-E's threshold search
-    alone (ms). A method's first step (DPDR's and DIFF's DP-SGD step) is the warm-up: the timed steps are its
-    steady state (DPDR's GDR steps up to ``s``, DIFF2's differences up to its first restart, DP-PSASC*'s
-    :math:`K_0` stored iterates from the third step)."""
+    """Every method's step on the engine's default path and on the ``vmap`` path (``"rounds"``: ms in each
+    interleaved round), and DC-SGD-E's threshold search alone (``"search"``, median ms). A method's first step
+    (DPDR's and DIFF's DP-SGD step) is the warm-up: the timed steps are its steady state (DPDR's GDR steps up to
+    ``s``, DIFF2's differences up to its first restart, DP-PSASC*'s :math:`K_0` stored iterates from the third
+    step)."""
     setting = SETTINGS[name]
     x, y = batch(setting, B, device)
     steps = {}
@@ -252,15 +290,14 @@ def method_times(name: str, B: int, repeats: int | None, device) -> dict:
         steps[f"{m} (vmap)"] = make_step("dpbook vmap", setting, x, y, device, method=m)
     for fn in steps.values():  # a second warm-up: DP-PSASC*'s window fills (K0 = 2)
         fn()
-    times = interleaved_median_ms(steps, setting.repeats if repeats is None else repeats, device)
+    rounds = interleaved_rounds_ms(steps, setting.repeats if repeats is None else repeats, device)
     search = make_method("dcsgd-e", **METHODS["dcsgd-e"].declaration.example)  # its search on a histogram of real norms
     dcsgd = DPOptimizer(model := setting.build().to(device), torch.optim.SGD(model.parameters(), lr=0.01), search,
                         sample_rate=B / setting.N, expected_batch_size=B)
     dcsgd.step(x, y)
     H = search.last_release["H"].numpy()
-    times["dcsgd-e threshold search"] = interleaved_median_ms({"search": lambda: search.adapt(H)}, 50, device)[
-        "search"]
-    return times
+    search_ms = interleaved_median_ms({"search": lambda: search.adapt(H)}, 50, device)["search"]
+    return {"rounds": rounds, "search": search_ms}
 
 
 # --- 3. profile -------------------------------------------------------------------------------------------------
@@ -274,7 +311,7 @@ non-private step's backward goes on to the weight gradients)."""
 
 
 def step_profile(name: str, B: int, repeats: int | None, device) -> dict:
-    """DP-SGD's Book-Keeping step taken apart (ms, medians of the same interleaved rounds, by default three times
+    """DP-SGD's Book-Keeping step taken apart (ms in each of the same interleaved rounds, by default three times
     the setting's: each stage is short): the non-private and the private step whole; :data:`SHARED`; each layer's
     per-sample norms from the stored tensors (:meth:`~dpbook.per_sample.BookKeeping.recorded`) and its re-weighted
     sum with DP-SGD's weights at C = 1; one Gaussian draw per parameter (the release's noise). What the stages leave
@@ -298,29 +335,33 @@ def step_profile(name: str, B: int, repeats: int | None, device) -> dict:
             stages[f"{layer} norms"] = rule
             stages[f"{layer} sum"] = functools.partial(rule().weighted, w)
         stages["noise"] = lambda: [noise.like(p, 1.0) for p in layered.params]
-        ms = interleaved_median_ms({**steps, **stages}, 3 * setting.repeats if repeats is None else repeats, device)
-    return {"model": name, "B": B, "ms": ms,
+        rounds = interleaved_rounds_ms({**steps, **stages}, 3 * setting.repeats if repeats is None else repeats,
+                                       device)
+    return {"model": name, "B": B, "ms": medians(rounds), "rounds": rounds,
             "strategies": {r["layer"]: r["strategy"] for r in layered.plan(x)}}
 
 
+def _stages(profile: dict, stage: str) -> list[str]:
+    return [f"{layer} {stage}" for layer in profile["strategies"]] if stage in ("norms", "sum") else [stage]
+
+
 def profile_share(profile: dict, stage: str) -> float:
-    """A stage's time over the non-private step's: a stage of the profile (:data:`SHARED`, ``"noise"``,
-    ``"conv1 norms"``, a whole step), or ``"norms"`` and ``"sum"``, every layer's together."""
-    ms = profile["ms"]
-    if stage in ("norms", "sum"):
-        return sum(ms[f"{layer} {stage}"] for layer in profile["strategies"]) / ms["non-private"]
-    return ms[stage] / ms["non-private"]
+    """A stage's time over the non-private step's in the same round, its median over the rounds: a stage of the
+    profile (:data:`SHARED`, ``"noise"``, ``"conv1 norms"``, a whole step), or ``"norms"`` and ``"sum"``, every
+    layer's together."""
+    return paired(profile["rounds"], _stages(profile, stage), "non-private").median
 
 
-def profile_floor(profile: dict) -> float:
-    """The stages together over the non-private step: what the private step would cost, relative to the
-    non-private one, if the engine's glue were free (every stage is work a private step of this engine cannot
+def profile_floor(profile: dict) -> Spread:
+    """The stages together over the non-private step, round by round: what the private step would cost, relative to
+    the non-private one, if the engine's glue were free (every stage is work a private step of this engine cannot
     skip: the pass, each layer's norms and sum, the noise)."""
-    return sum(profile_share(profile, stage) for stage in (SHARED, "norms", "sum", "noise"))
+    stages = [s for stage in (SHARED, "norms", "sum", "noise") for s in _stages(profile, stage)]
+    return paired(profile["rounds"], stages, "non-private")
 
 
 def profile_table(profile: dict) -> str:
-    """The markdown table of one profile: each stage's time and its share of the non-private step."""
+    """The markdown table of one profile: each stage's median time and its share of the non-private step."""
     rows = [("non-private step (forward, backward, update)", "non-private"),
             ("DP-SGD step (Book-Keeping)", "dpbook book-keeping"), (f"{SHARED} to the layers' outputs", SHARED)]
     for layer, strategy in profile["strategies"].items():
@@ -334,41 +375,50 @@ def profile_table(profile: dict) -> str:
 
 # --- records and tables ----------------------------------------------------------------------------------------
 
+SCHEMA = 2
+"""The record's layout: 2 keeps every round's times (``"rounds"``) beside their medians (``"ms"``); a record of
+another layout is not resumed."""
+
+
+
+SPREAD_NOTE = ("Ratios: the median over the interleaved rounds of a step's time over {base}'s in the same round, "
+               "and in brackets its quartiles.")
+
 
 def tables(record: dict) -> str:
-    """The markdown tables of a recorded benchmark: step time (ratio to the non-private step) and peak memory."""
+    """The markdown tables of a recorded benchmark: each step's median time, its ratio to the non-private step
+    (:func:`paired`: median and quartiles over the rounds) and its peak memory."""
     lines = ["| model | B | " + " | ".join(CONTENDERS) + " |", "|---|---|" + "---|" * len(CONTENDERS)]
     for cell in sorted(record["cells"], key=lambda c: (list(SETTINGS).index(c["model"]), c["B"])):
-        base = cell["ms"].get("non-private")
         entries = []
         for c in CONTENDERS:
             ms = cell["ms"].get(c)
-            ratio = f" ({ms / base:.2f}x)" if ms is not None and base else ""
+            ratio = f", {paired(cell['rounds'], [c], 'non-private')}" \
+                if ms is not None and c != "non-private" and "non-private" in cell["ms"] else ""
             entries.append("not run" if ms is None else f"{ms:,.0f} ms{ratio}"
                            + (f", {cell['peak_mib'][c]:,.0f} MiB" if c in cell.get("peak_mib", {}) else ""))
         micro = f" (micro-batches of {cell['micro_batch']})" if cell["micro_batch"] else ""
         lines.append(f"| {SETTINGS[cell['model']].label} | {cell['B']}{micro} | " + " | ".join(entries) + " |")
-    out = "\n".join(lines)
+    out = "\n".join(lines) + "\n\n" + SPREAD_NOTE.format(base="the non-private step")
     for m in record.get("methods", []):
-        base = m["ms"]["dpsgd"]
         out += (f"\n\nEvery method's step, {SETTINGS[m['model']].label}, B = {m['B']}: the engine's default path "
                 "(Book-Keeping) and the vmap path"
                 "\n\n| method | step | / DP-SGD | vmap | / DP-SGD |\n|---|---|---|---|---|\n")
-        out += "\n".join(f"| {k} | {v:,.1f} ms | {v / base:.2f}x | " + _vmap_cell(m["ms"], k, base) + " |"
-                          for k, v in m["ms"].items() if k in BENCH_METHODS)
-        search = m["ms"]["dcsgd-e threshold search"]
-        out += (f"\n\nDC-SGD-E's threshold search: {search:.3f} ms, {100 * search / m['ms']['dcsgd-e']:.2f} % of "
-                "its step.")
+        out += "\n".join(f"| {k} | {_method_cell(m, k)} | {_method_cell(m, f'{k} (vmap)')} |" for k in BENCH_METHODS
+                          if k in m["ms"])
+        out += (f"\n\n{SPREAD_NOTE.format(base='DP-SGD')} DC-SGD-E's threshold search: {m['search']:.3f} ms, "
+                f"{100 * m['search'] / m['ms']['dcsgd-e']:.2f} % of its step.")
     for profile in record.get("profile", []):
         out += (f"\n\nWhere DP-SGD's step goes, {SETTINGS[profile['model']].label}, B = {profile['B']} (stages timed "
-                f"apart)\n\n{profile_table(profile)}\n\nThe stages together: {profile_floor(profile):.2f}x the "
-                "non-private step.")
+                f"apart; median times, and shares as the ratios above)\n\n{profile_table(profile)}\n\n"
+                f"The stages together: {profile_floor(profile)} the non-private step.")
     return out
 
 
-def _vmap_cell(ms: dict, method: str, base: float) -> str:
-    vmap = ms.get(f"{method} (vmap)")
-    return "not run | " if vmap is None else f"{vmap:,.1f} ms | {vmap / base:.2f}x"
+def _method_cell(m: dict, step: str) -> str:
+    if step not in m["ms"]:
+        return "not run | "
+    return f"{m['ms'][step]:,.1f} ms | {paired(m['rounds'], [step], 'dpsgd')}"
 
 
 def _bench_record(path: Path) -> dict:
@@ -430,6 +480,7 @@ def run(args, parser, device) -> None:
 
     parameters = {k: getattr(args, k) for k in ("models", "batch_sizes", "contenders", "repeats", "method_models",
                                                 "profile_models", "threads", "skip_memory")}
+    parameters["schema"] = SCHEMA
     cells = [] if args.output is None else resumable(args.output, parameters, "cells", force=args.force,
                                                      parser=parser)
     record = {"study": "bench", "parameters": parameters, "provenance": provenance(device), "cells": cells,
@@ -441,8 +492,9 @@ def run(args, parser, device) -> None:
             if (name, B) in done:
                 continue
             start = time.perf_counter()
-            cell = {"model": name, "B": B, "micro_batch": SETTINGS[name].micro(B),
-                    "ms": _engine_times(name, B, args.contenders, args.repeats, device)}
+            rounds = _engine_rounds(name, B, args.contenders, args.repeats, device)
+            cell = {"model": name, "B": B, "micro_batch": SETTINGS[name].micro(B), "ms": medians(rounds),
+                    "rounds": rounds}
             if not args.skip_memory:
                 cell["peak_mib"] = {c: _peak_memory(name, B, c, args.threads, device) for c in args.contenders}
             cell["seconds"] = time.perf_counter() - start
@@ -452,8 +504,9 @@ def run(args, parser, device) -> None:
                 atomic_write_json(record, args.output)
     for name in args.method_models:
         start = time.perf_counter()
-        ms = method_times(name, 256, args.repeats, device)
-        record["methods"].append({"model": name, "B": 256, "ms": ms, "seconds": time.perf_counter() - start})
+        times = method_times(name, 256, args.repeats, device)
+        record["methods"].append({"model": name, "B": 256, "ms": medians(times["rounds"]), **times,
+                                  "seconds": time.perf_counter() - start})
     for name in args.profile_models:
         start = time.perf_counter()
         record["profile"].append({**step_profile(name, PROFILE_B, args.repeats, device),
