@@ -170,9 +170,10 @@ class DPOptimizer:
         """One micro-batch into the method's accumulators. Its per-sample tensors die when this returns: the
         next micro-batch's are formed without them (peak memory of one micro-batch, not two)."""
         grads, norms, book_kept = self._norms_and_sums(x, y)
-        at = functools.partial(self._grads_at, x, y) if book_kept is None else functools.partial(self._pass_at, x, y)
-        mb = MicroBatch(x, y, grads, norms, at, index) if book_kept is None else \
-            MicroBatch(x, y, None, norms, None, index, book_kept, at)
+        if book_kept is None:
+            mb = MicroBatch(x, y, grads, norms, functools.partial(self._grads_at, x, y), index)
+        else:
+            mb = MicroBatch(x, y, None, norms, None, index, book_kept, functools.partial(self._pass_at, x, y))
         self.method.accumulate(acc, mb)
 
     def _norms_and_sums(self, x, y):
