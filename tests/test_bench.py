@@ -38,6 +38,10 @@ def test_every_contender_runs_and_a_rerun_resumes(tmp_path):
     assert other.returncode == 2 and "recorded with other method_models" in other.stderr
     table = run("--table", str(out))
     assert table.returncode == 0 and table.stdout.strip() == bench.tables(record)
+    del record["parameters"]["schema"]  # a record from before every round's times were kept
+    out.write_text(json.dumps(record))
+    old = run("--table", str(out))
+    assert old.returncode == 2 and "layout of schema 1, not 2" in old.stderr and "--force" in old.stderr
 
 
 @pytest.mark.parametrize("contender", ["non-private", "dpbook book-keeping"])
@@ -71,8 +75,13 @@ def test_a_ratio_is_paired_round_by_round():
     assert (spread.low, spread.median, spread.high) == (2.0, 2.0, pytest.approx(2.2))
     assert bench.medians(rounds)["step"] / bench.medians(rounds)["base"] == pytest.approx(2.2)
     assert str(spread) == "2.00x (2.00 to 2.20)"
-    parts = bench.paired({"a": [1.0, 3.0], "b": [1.0, 1.0], "base": [1.0, 2.0]}, ["a", "b"], "base")
-    assert (parts.low, parts.median, parts.high) == (2.0, 2.0, 2.0)
+    # parts add up within a round: 2/1, 7/2 and 6/2, median 3; not each part's median ratio added (1 + 1), nor the
+    # summed medians over the base's (3 / 2)
+    rounds = {"a": [1.0, 6.0, 2.0], "b": [1.0, 1.0, 4.0], "base": [1.0, 2.0, 2.0]}
+    parts = bench.paired(rounds, ["a", "b"], "base")
+    assert (parts.low, parts.median, parts.high) == (2.5, 3.0, 3.25)
+    assert bench.paired(rounds, ["a"], "base").median + bench.paired(rounds, ["b"], "base").median == 2.0
+    assert (bench.medians(rounds)["a"] + bench.medians(rounds)["b"]) / bench.medians(rounds)["base"] == 1.5
 
 
 def test_the_profile_times_every_stage_of_the_step_and_every_layer():
@@ -85,7 +94,7 @@ def test_the_profile_times_every_stage_of_the_step_and_every_layer():
     rounds = profile["rounds"]  # one round: every ratio is that round's
     floor = sum(t[0] for k, t in rounds.items() if k not in ("non-private", "dpbook book-keeping")) \
         / rounds["non-private"][0]
-    assert bench.profile_floor(profile) == bench.Spread(floor, floor, floor)
+    assert all(getattr(bench.profile_floor(profile), q) == pytest.approx(floor) for q in ("low", "median", "high"))
     assert bench.profile_share(profile, "norms") == pytest.approx(
         sum(rounds[f"{layer} norms"][0] for layer in layers) / rounds["non-private"][0])
     text = bench.tables({"cells": [], "methods": [], "profile": [profile]})

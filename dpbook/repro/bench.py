@@ -399,7 +399,9 @@ def tables(record: dict) -> str:
                            + (f", {cell['peak_mib'][c]:,.0f} MiB" if c in cell.get("peak_mib", {}) else ""))
         micro = f" (micro-batches of {cell['micro_batch']})" if cell["micro_batch"] else ""
         lines.append(f"| {SETTINGS[cell['model']].label} | {cell['B']}{micro} | " + " | ".join(entries) + " |")
-    out = "\n".join(lines) + "\n\n" + SPREAD_NOTE.format(base="the non-private step")
+    out = "\n".join(lines)
+    if any("non-private" in cell["ms"] for cell in record["cells"]):
+        out += "\n\n" + SPREAD_NOTE.format(base="the non-private step")
     for m in record.get("methods", []):
         out += (f"\n\nEvery method's step, {SETTINGS[m['model']].label}, B = {m['B']}: the engine's default path "
                 "(Book-Keeping) and the vmap path"
@@ -426,6 +428,10 @@ def _bench_record(path: Path) -> dict:
     record = json.loads(path.read_text())
     if not isinstance(record, dict) or record.get("study") != "bench":
         raise ValueError("its 'study' is not 'bench'")
+    schema = (record.get("parameters") or {}).get("schema", 1)
+    if schema != SCHEMA:
+        raise ValueError(f"it has the layout of schema {schema}, not {SCHEMA} (every round's times); record it again "
+                         "with --output and --force")
     return record
 
 
