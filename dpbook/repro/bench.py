@@ -25,7 +25,7 @@ the markdown tables of a record: the README's and the book's tables are rendered
 from __future__ import annotations
 
 __all__ = [
-    "loss_fn", "interleaved_rounds_ms", "medians", "interleaved_median_ms", "Spread", "paired", "Setting", "SETTINGS",
+    "loss_fn", "interleaved_rounds_ms", "medians", "Spread", "paired", "Setting", "SETTINGS",
     "CONTENDERS", "batch", "make_step", "memory_child", "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED",
     "step_profile", "profile_share", "profile_floor", "profile_table", "SCHEMA", "SPREAD_NOTE", "tables", "parser",
     "main", "run"
@@ -83,11 +83,6 @@ def interleaved_rounds_ms(steps: dict, repeats: int, device: torch.device) -> di
 def medians(rounds: dict[str, list[float]]) -> dict[str, float]:
     """Each step's median over its rounds."""
     return {name: statistics.median(t) for name, t in rounds.items()}
-
-
-def interleaved_median_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, float]:
-    """Median wall time (ms) of each step function over :func:`interleaved_rounds_ms`."""
-    return medians(interleaved_rounds_ms(steps, repeats, device))
 
 
 @dataclass(frozen=True)
@@ -296,7 +291,7 @@ def method_times(name: str, B: int, repeats: int | None, device) -> dict:
                         sample_rate=B / setting.N, expected_batch_size=B)
     dcsgd.step(x, y)
     H = search.last_release["H"].numpy()
-    search_ms = interleaved_median_ms({"search": lambda: search.adapt(H)}, 50, device)["search"]
+    search_ms = medians(interleaved_rounds_ms({"search": lambda: search.adapt(H)}, 50, device))["search"]
     return {"rounds": rounds, "search": search_ms}
 
 
@@ -378,8 +373,6 @@ def profile_table(profile: dict) -> str:
 SCHEMA = 2
 """The record's layout: 2 keeps every round's times (``"rounds"``) beside their medians (``"ms"``); a record of
 another layout is not resumed."""
-
-
 
 SPREAD_NOTE = ("Ratios: the median over the interleaved rounds of a step's time over {base}'s in the same round, "
                "and in brackets its quartiles.")
