@@ -55,6 +55,42 @@ def test_micro_batches_cover_the_logical_batch():
     assert bench.SETTINGS["resnet18_gn"].micro(64) is None and bench.SETTINGS["resnet18_gn"].micro(256) == 64
 
 
+def test_a_gpu_micro_batches_only_when_asked_or_out_of_memory(monkeypatch):
+    resnet = bench.SETTINGS["resnet18_gn"]
+    micro, why = bench.physical_batch(resnet, 256, "cpu")
+    assert micro == 64 and "on a CPU" in why and bench.physical_batch(resnet, 64, "cpu") == (None, "")
+    assert bench.physical_batch(resnet, 256, "cuda") == (None, "")  # the engine's step, like with like
+    assert bench.physical_batch(resnet, 256, "cuda", asked=32) == (32, "asked (--micro-batch)")
+    assert bench.physical_batch(bench.SETTINGS["mnist_cnn"], 8, "cpu", asked=8) == (None, "")
+
+    built = []
+
+    def step(contender, setting, x, y, device, *, method="dpsgd", micro=None):
+        built.append(micro)
+        if micro is None:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return lambda: None
+
+    monkeypatch.setattr(bench, "batch", lambda setting, B, device: (torch.zeros(B, 1), torch.zeros(B)))
+    monkeypatch.setattr(bench, "make_step", step)
+    monkeypatch.setattr(bench, "interleaved_rounds_ms", lambda steps, repeats, device: {c: [1.0] for c in steps})
+    rounds, micro, why = bench.engine_rounds("resnet18_gn", 256, ["non-private"], 1, "cuda")
+    assert (micro, built) == (64, [None, 64]) and "ran out of the GPU's memory" in why and rounds
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # a model without a fallback says so
+        bench.engine_rounds("mnist_cnn", 256, ["non-private"], 1, "cuda")
+
+
+def test_the_table_says_which_cells_micro_batch_and_why():
+    cell = {"model": "resnet18_gn", "B": 256, "micro_batch": 64, "ms": {"non-private": 2.0},
+            "rounds": {"non-private": [2.0]}}
+    text = bench.tables({"cells": [cell]})
+    assert "| 256 (micro-batches of 64) |" in text
+    assert f"ResNet18-GN, 32x32 (11.2M) at B = 256: {bench.MICRO_WHY}" in text
+    text = bench.tables({"cells": [cell | {"micro_batch_why": "asked (--micro-batch)"}]})
+    assert "at B = 256: asked (--micro-batch)." in text
+    assert "ran at once (no micro-batches)" in bench.tables({"cells": [cell | {"micro_batch": None}]})
+
+
 def test_methods_table_and_search_share():
     times = bench.method_times("mnist_cnn", 16, 2, torch.device("cpu"))
     assert set(times["rounds"]) == {*bench.BENCH_METHODS, *(f"{m} (vmap)" for m in bench.BENCH_METHODS)}

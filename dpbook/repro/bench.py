@@ -25,10 +25,10 @@ the markdown tables of a record: the README's and the book's tables are rendered
 from __future__ import annotations
 
 __all__ = [
-    "loss_fn", "interleaved_rounds_ms", "medians", "Spread", "paired", "Setting", "SETTINGS",
-    "CONTENDERS", "batch", "make_step", "memory_child", "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED",
-    "step_profile", "profile_share", "profile_floor", "profile_table", "SCHEMA", "SPREAD_NOTE", "tables", "parser",
-    "main", "run"
+    "loss_fn", "interleaved_rounds_ms", "medians", "Spread", "paired", "Setting", "SETTINGS", "CONTENDERS",
+    "physical_batch", "batch", "make_step", "engine_rounds", "memory_child", "BENCH_METHODS", "method_times",
+    "PROFILE_B", "SHARED", "step_profile", "profile_share", "profile_floor", "profile_table", "SCHEMA", "MICRO_WHY",
+    "SPREAD_NOTE", "tables", "recorded", "parser", "main", "run"
 ]
 
 import argparse
@@ -126,7 +126,7 @@ class Setting:
     build: Callable[[], nn.Module]
     task: str  # the task registry's dataset: classes, and the training-set size N (the sample rate is B / N)
     batch_sizes: tuple[int, ...]
-    micro_batch: int | None  # every contender's physical batch (None: the logical batch at once)
+    micro_batch: int | None  # the physical batch on a CPU, or where the GPU runs out of memory (:func:`physical_batch`)
     input_shape: tuple[int, ...] | None = None  # one example's input (None: the task's)
     repeats: int = 7  # interleaved rounds (fewer for the models whose steps take seconds)
 
@@ -157,6 +157,23 @@ SETTINGS = {
 CONTENDERS = ("non-private", "dpbook book-keeping", "dpbook vmap", "Opacus hooks", "Opacus ghost")
 
 
+def physical_batch(setting: Setting, B: int, device, asked: int | None = None) -> tuple[int | None, str]:
+    """The micro-batch every contender processes a logical batch of B in (None: B at once), and why.
+
+    Asked (``--micro-batch``), it is that. On a GPU, B at once: the step is then the engine's, compared like with
+    like; :func:`engine_rounds` falls back to the setting's micro-batch when B at once runs out of the GPU's
+    memory. On a CPU, the setting's micro-batch (ResNet18-GN's and the BERT head's 64): the vmap and Opacus
+    contenders hold every example's gradient at once, about 4 bytes x parameters x B (11.5 GB for ResNet18-GN at
+    B = 256), which the CPU machine's memory does not hold beside the other contenders."""
+    if asked is not None:
+        return (asked, "asked (--micro-batch)") if asked < B else (None, "")
+    if torch.device(device).type == "cuda":
+        return None, ""
+    micro = setting.micro(B)
+    return micro, ("on a CPU, the setting's micro-batch (every example's gradient at once by the vmap and Opacus "
+                   "contenders: 4 bytes x parameters x B)" if micro else "")
+
+
 def batch(setting: Setting, B: int, device, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(B, *setting.shape, generator=g)
@@ -168,8 +185,9 @@ def _slices(B: int, micro: int | None):
     return [slice(s, min(s + step, B)) for s in range(0, B, step)]
 
 
-def make_step(contender: str, setting: Setting, x, y, device, *, method: str = "dpsgd") -> Callable[[], None]:
-    """One logical step of ``contender`` on the batch (x, y), in the setting's physical batches."""
+def make_step(contender: str, setting: Setting, x, y, device, *, method: str = "dpsgd",
+              micro: int | None = None) -> Callable[[], None]:
+    """One logical step of ``contender`` on the batch (x, y), in physical batches of ``micro`` (None: at once)."""
     B = len(x)
     torch.manual_seed(0)
     model = setting.build().to(device)
@@ -178,7 +196,7 @@ def make_step(contender: str, setting: Setting, x, y, device, *, method: str = "
         optimizer = torch.optim.SGD(params, lr=0.01)
 
         def step():
-            for sl in _slices(B, setting.micro(B)):
+            for sl in _slices(B, micro):
                 (loss_fn(model(x[sl]), y[sl], reduction="sum") / B).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -186,13 +204,13 @@ def make_step(contender: str, setting: Setting, x, y, device, *, method: str = "
     if contender.startswith("dpbook"):
         dp_method = make_method(method, **METHODS[method].declaration.example)
         engine = DPOptimizer(model, torch.optim.SGD(params, lr=0.01), dp_method,
-                             sample_rate=B / setting.N, expected_batch_size=B, micro_batch_size=setting.micro(B),
+                             sample_rate=B / setting.N, expected_batch_size=B, micro_batch_size=micro,
                              per_sample=contender.split()[1])
         return lambda: engine.step(x, y)
-    return _opacus_step(contender.split()[1], model, setting, x, y)
+    return _opacus_step(contender.split()[1], model, x, y, micro)
 
 
-def _opacus_step(mode: str, model, setting: Setting, x, y) -> Callable[[], None]:
+def _opacus_step(mode: str, model, x, y, micro: int | None) -> Callable[[], None]:
     from opacus import PrivacyEngine
 
     B = len(x)
@@ -203,7 +221,7 @@ def _opacus_step(mode: str, model, setting: Setting, x, y) -> Callable[[], None]
             module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01), data_loader=loader,
             noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode=mode, criterion=nn.CrossEntropyLoss())
     model, optimizer, criterion = private[0], private[1], private[2] if mode == "ghost" else nn.CrossEntropyLoss()
-    slices = _slices(B, setting.micro(B))
+    slices = _slices(B, micro)
 
     def step():
         with warnings.catch_warnings():  # torch's notice that Opacus's full backward hooks see no input gradient
@@ -219,11 +237,26 @@ def _opacus_step(mode: str, model, setting: Setting, x, y) -> Callable[[], None]
 # --- 1. engines ------------------------------------------------------------------------------------------------
 
 
-def _engine_rounds(name: str, B: int, contenders, repeats: int | None, device) -> dict[str, list[float]]:
+def engine_rounds(name: str, B: int, contenders, repeats: int | None, device,
+                  asked: int | None = None) -> tuple[dict[str, list[float]], int | None, str]:
+    """The interleaved rounds of the contenders' steps (ms), the micro-batch they ran in and why
+    (:func:`physical_batch`; on a GPU that B at once runs out of memory, the setting's micro-batch)."""
     setting = SETTINGS[name]
     x, y = batch(setting, B, device)
-    steps = {c: make_step(c, setting, x, y, device) for c in contenders}
-    return interleaved_rounds_ms(steps, setting.repeats if repeats is None else repeats, device)
+    micro, why = physical_batch(setting, B, device, asked)
+    repeats = setting.repeats if repeats is None else repeats
+    try:
+        steps = {c: make_step(c, setting, x, y, device, micro=micro) for c in contenders}
+        return interleaved_rounds_ms(steps, repeats, device), micro, why
+    except torch.cuda.OutOfMemoryError:
+        if micro is not None or setting.micro(B) is None:
+            raise
+    steps = None  # the failed contenders' models and tensors are freed before the smaller batches start
+    torch.cuda.empty_cache()
+    micro = setting.micro(B)
+    why = f"B = {B} at once ran out of the GPU's memory (torch.cuda.OutOfMemoryError)"
+    steps = {c: make_step(c, setting, x, y, device, micro=micro) for c in contenders}
+    return interleaved_rounds_ms(steps, repeats, device), micro, why
 
 
 def _status_mib(field: str) -> float:
@@ -234,13 +267,13 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def memory_child(name: str, B: int, contender: str, device) -> dict:
+def memory_child(name: str, B: int, contender: str, device, micro: int | None = None) -> dict:
     """In a fresh process: peak memory (MiB) of one step, after a first one, above the process before it (the
     steady state: the first step holds one-time costs, e.g. Book-Keeping's self-check; on Linux, the peak resident
     memory is reset through ``/proc/self/clear_refs``)."""
     setting = SETTINGS[name]
     x, y = batch(setting, B, device)
-    step = make_step(contender, setting, x, y, device)
+    step = make_step(contender, setting, x, y, device, micro=micro)
     step()
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -254,12 +287,13 @@ def memory_child(name: str, B: int, contender: str, device) -> dict:
     return {"peak_mib": _status_mib("VmHWM") - before}
 
 
-def _peak_memory(name: str, B: int, contender: str, threads: int, device) -> float:
+def _peak_memory(name: str, B: int, contender: str, threads: int, device, micro: int | None) -> float:
     # glibc returns every block of 64 KiB or more to the system when it is freed: resident memory then follows the
     # tensors alive (its default moves the threshold up after frees, and a later step reuses memory unseen)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
     out = subprocess.run([sys.executable, "-m", "dpbook.repro.bench", "--memory-child", name, str(B), contender,
-                          "--threads", str(threads), "--device", str(device)], capture_output=True, text=True, env=env)
+                          "--threads", str(threads), "--device", str(device),
+                          *(["--micro-batch", str(micro)] if micro else [])], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"the memory child of {name} B={B} {contender} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
@@ -373,6 +407,8 @@ def profile_table(profile: dict) -> str:
 SCHEMA = 2
 """The record's layout: 2 keeps every round's times (``"rounds"``) beside their medians (``"ms"``); a record of
 another layout is not resumed."""
+MICRO_WHY = physical_batch(SETTINGS["resnet18_gn"], 256, "cpu")[1]
+"""Why a cell micro-batches, in a record (on a CPU) made before each cell recorded its reason."""
 
 SPREAD_NOTE = ("Ratios: the median over the interleaved rounds of a step's time over {base}'s in the same round, "
                "and in brackets its quartiles.")
@@ -393,6 +429,14 @@ def tables(record: dict) -> str:
         micro = f" (micro-batches of {cell['micro_batch']})" if cell["micro_batch"] else ""
         lines.append(f"| {SETTINGS[cell['model']].label} | {cell['B']}{micro} | " + " | ".join(entries) + " |")
     out = "\n".join(lines)
+    on_cpu = str(record.get("provenance", {}).get("device", "cpu")).startswith("cpu")
+    earlier = MICRO_WHY if on_cpu else "the setting's micro-batch (recorded before the benchmark kept its reason)"
+    micro = [f"{SETTINGS[c['model']].label} at B = {c['B']}: {c.get('micro_batch_why') or earlier}"
+             for c in record["cells"] if c["micro_batch"]]
+    if micro:
+        out += "\n\nMicro-batches (every contender the same): " + "; ".join(micro) + "."
+    else:
+        out += "\n\nEvery cell's logical batch ran at once (no micro-batches)."
     if any("non-private" in cell["ms"] for cell in record["cells"]):
         out += "\n\n" + SPREAD_NOTE.format(base="the non-private step")
     for m in record.get("methods", []):
@@ -414,6 +458,20 @@ def _method_cell(m: dict, step: str) -> str:
     if step not in m["ms"]:
         return "not run | "
     return f"{m['ms'][step]:,.1f} ms | {paired(m['rounds'], [step], 'dpsgd')}"
+
+
+def recorded(path: str | Path | None = None) -> dict:
+    """The committed record of this benchmark on the CPU (``data/results/bench/analysis/cpu.json``), or the record
+    at ``path``: what a chapter's claim about time is checked against. A time measured while a chapter executes
+    says how busy the machine is; the record's ratios were taken side by side over many interleaved rounds.
+
+    >>> record = recorded()
+    >>> record["study"], "rounds" in record["methods"][0]
+    ('bench', True)
+    """
+    from dpbook.repro.results import ANALYSIS_DIR, RESULTS_DIR
+
+    return _bench_record(Path(path) if path is not None else RESULTS_DIR / "bench" / ANALYSIS_DIR / "cpu.json")
 
 
 def _bench_record(path: Path) -> dict:
@@ -447,6 +505,9 @@ def parser() -> argparse.ArgumentParser:
                         help=f"models of the profile of DP-SGD's step (B = {PROFILE_B})")
     parser.add_argument("--threads", type=cli.integer(1, "torch threads"), default=torch.get_num_threads())
     parser.add_argument("--device", type=cli.device(), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--micro-batch", type=cli.integer(1, "the physical batch"),
+                        help="process every logical batch in physical batches of this size (default: on a GPU, B at "
+                        "once unless it runs out of memory; on a CPU, the setting's: 64 for ResNet18-GN and BERT)")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--output", type=cli.output_file(), help="record as JSON (a rerun with the same options "
                         "resumes)")
@@ -469,7 +530,7 @@ def main(argv=None) -> None:
     device = torch.device(args.device)
     if args.memory_child:
         name, B, contender = args.memory_child
-        print(json.dumps(memory_child(name, int(B), contender, device)))
+        print(json.dumps(memory_child(name, int(B), contender, device, args.micro_batch)))
         return
     run(args, parser_, device)
 
@@ -478,7 +539,7 @@ def run(args, parser, device) -> None:
     from dpbook.repro.results import provenance
 
     parameters = {k: getattr(args, k) for k in ("models", "batch_sizes", "contenders", "repeats", "method_models",
-                                                "profile_models", "threads", "skip_memory")}
+                                                "profile_models", "threads", "skip_memory", "micro_batch")}
     parameters["schema"] = SCHEMA
     cells = [] if args.output is None else resumable(args.output, parameters, "cells", force=args.force,
                                                      parser=parser)
@@ -491,11 +552,11 @@ def run(args, parser, device) -> None:
             if (name, B) in done:
                 continue
             start = time.perf_counter()
-            rounds = _engine_rounds(name, B, args.contenders, args.repeats, device)
-            cell = {"model": name, "B": B, "micro_batch": SETTINGS[name].micro(B), "ms": medians(rounds),
+            rounds, micro, why = engine_rounds(name, B, args.contenders, args.repeats, device, args.micro_batch)
+            cell = {"model": name, "B": B, "micro_batch": micro, "micro_batch_why": why, "ms": medians(rounds),
                     "rounds": rounds}
             if not args.skip_memory:
-                cell["peak_mib"] = {c: _peak_memory(name, B, c, args.threads, device) for c in args.contenders}
+                cell["peak_mib"] = {c: _peak_memory(name, B, c, args.threads, device, micro) for c in args.contenders}
             cell["seconds"] = time.perf_counter() - start
             cells.append(cell)
             print(f"  {name} B={B}: {cell['seconds']:.0f} s", file=sys.stderr)
