@@ -17,6 +17,12 @@ def pytest_xdist_auto_num_workers(config):
     return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
 
 
+#: The kernels and entry points the tests start run one intra-op thread too (the models are small): with torch's
+#: default of one thread per core, a digits run under four busy loops on 2 cores took 20.1 s against 0.88 s with one
+#: thread, as each kernel's threads wait on one another; the suite then depends on how busy the machine is.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def one_thread():
     """The tests use tiny models; with pytest-xdist's workers on a 2-core machine, intra-op threads only contend

@@ -58,3 +58,47 @@ def test_the_newest_input_is_the_latest_file_but_bytecode(tmp_path):
         os.utime(tmp_path / name, (when, when))
     assert book_cache.newest_input(tmp_path) == 200
     assert book_cache.newest_input(tmp_path / "elsewhere") == 0.0
+
+
+def test_each_chapters_latest_execution_time_is_reported(tmp_path, capsys):
+    cache_dir = tmp_path / "_build" / ".jupyter_cache"
+    cache = jupyter_cache.get_cache(cache_dir)
+    fast, slow = (_executed_notebook(tmp_path / f"{name}.ipynb", name) for name in ("fast", "slow"))
+    cache.cache_notebook_file(fast, check_validity=False, data={"execution_seconds": 30.0})
+    _executed_notebook(fast, "fast, second version")  # its latest execution counts
+    time.sleep(0.01)
+    cache.cache_notebook_file(fast, check_validity=False, data={"execution_seconds": 12.34})
+    cache.cache_notebook_file(slow, check_validity=False, data={"execution_seconds": 250.0})
+
+    times = book_cache.execution_times(cache_dir)
+    assert {name: t["seconds"] for name, t in times.items()} == {"fast": 12.3, "slow": 250.0}
+    book_cache.main([str(cache_dir), "--times"])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:2] == ["book: slow executed at its book defaults in 250 s",
+                           "book: fast executed at its book defaults in 12 s"]
+    assert "2 chapters, 4.4 min of execution" in printed[2]
+    assert book_cache.json.loads((tmp_path / "_build" / "chapter_times.json").read_text()) == times
+    assert book_cache.execution_times(tmp_path / "no cache") == {}
+
+
+@pytest.mark.notebook
+def test_notebooks_executed_ahead_are_what_the_build_finds_in_the_cache(tmp_path):
+    """``--execute`` caches each notebook's execution as the build's own cache lookup (myst-nb's ``cache`` mode:
+    ``match_cache_notebook``) finds it; a notebook that fails is not cached, for the build to execute and report."""
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    for path, source in [(good, "import os\nprint(os.path.basename(os.getcwd()))"), (bad, "1 / 0")]:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, path)
+    cache_dir = tmp_path / "cache"
+    summary = book_cache.execute(cache_dir, [good, bad], timeout=600)
+    assert [Path(p).name for p in summary["succeeded"]] == ["good.ipynb"]
+    assert [Path(p).name for p in summary["excepted"]] == ["bad.ipynb"]
+    cache = jupyter_cache.get_cache(cache_dir)
+    record = cache.match_cache_notebook(nbformat.read(good, as_version=4))
+    _, executed = cache.merge_match_into_notebook(nbformat.read(good, as_version=4))
+    assert executed.cells[0].outputs[0]["text"] == f"{tmp_path.name}\n"  # executed in its own folder
+    assert record.data["execution_seconds"] > 0
+    with pytest.raises(KeyError):
+        cache.match_cache_notebook(nbformat.read(bad, as_version=4))
+    assert book_cache.execute(cache_dir, [good], timeout=600)["succeeded"] == []  # cached: not executed again
