@@ -1,12 +1,16 @@
-"""Every command the README and the book show is run, from the text a reader copies.
+"""Every command the README and the book show is run, from the text a reader copies, once, unless another test
+runs it already.
 
 The commands are extracted from the files (fenced code blocks and inline code of ``README.md`` and ``book/*.md``):
 papermill calls, ``python -m`` entry points and the library example. Each runs from the repository root as typed,
-with only its sizes made small: a papermill call or a notebook sweep gets the notebook's smoke parameters for the
-parameters the documentation does not set and for its training length (:data:`SIZES`); every other parameter it
-sets runs as written, and every value it gives, sizes included, is checked against the notebook's parameters. The
-other entry points get the size options of :data:`SMALL`. A documented command of a kind this file does not know
-fails the test: add a rule, so that the documentation cannot drift from the code again.
+with only its sizes made small: the entry points get the size options of :data:`SMALL`; a notebook sweep gets the
+notebook's smoke parameters for the parameters the documentation does not set and for its training length
+(:data:`SIZES`), and runs with ``--plan`` (every grid point checked against the notebook and its chapter, every
+execution listed: the executions themselves are the notebook tests' and the sweep tests'). A documented command
+that another test runs at the same small sizes is not run twice: :data:`RUN_ELSEWHERE` names that test (papermill
+calls: the notebook's own test, and every documented value is checked against the notebook's parameters below).
+Two commands that become the same run at small sizes run once. A documented command of a kind this file does not
+know fails the test: add a rule, so that the documentation cannot drift from the code again.
 """
 
 from __future__ import annotations
@@ -42,12 +46,18 @@ SMALL = {
     "dpbook.repro.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "1", "--epochs", "1"],
     "dpbook.repro.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8",
                            "--method-models", "--profile-models"],
-    "dpbook.audit": ["--trials", "200", "--steps", "2", "--jobs", "1"],  # 200 plays, the two-step audits, 1 process
+    "dpbook.audit": ["--trials", "200", "--steps", "1", "--jobs", "1"],  # 200 plays, one step, 1 process
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
-    # the dry run of one chapter's sample at B = 2; the GPU check's path on the CPU (the documented one needs CUDA)
-    "dpbook.repro.dry_run": ["psasc", "--sample", "--steps", "1", "--set", "batch_size=2", "--device", "cpu"],
-    "dpbook.repro.gpu_check": ["--device", "cpu", "--steps", "1", "--bench-models", "mnist_cnn", "--bench-batch", "8",
-                               "--batch-size", "2", "--skip-memory"],
+    # the dry run of one cell of one chapter at B = 2 (tests/test_dry_run.py builds every chapter's sample)
+    "dpbook.repro.dry_run": ["psasc", "--sample", "--steps", "1", "--set", "batch_size=2",
+                             "--set", "cells=[['mnist', 'dpsgd']]", "--device", "cpu"],
+}
+
+#: Documented commands that another test runs at the same small sizes (kind: the test that runs it).
+RUN_ELSEWHERE = {
+    "papermill": "tests/test_notebooks.py::test_notebook",  # with test_documented_parameters_are_the_notebooks
+    "dpbook.repro.bench": "tests/test_bench.py::test_every_contender_runs_and_a_rerun_resumes",  # --output, --table
+    "dpbook.repro.gpu_check": "tests/test_dry_run.py::test_the_gpu_check_path_on_the_cpu",  # its path on the CPU
 }
 
 #: Entry points whose documented use exits 1 on purpose (the audit of the broken controls flags them).
@@ -101,7 +111,7 @@ def small(command: str, tmp_path: Path) -> list[str]:
                                                      if "results_dir" in smoke_parameters(ROOT / args[1]) else {})
         extra = [a for name, value in smoke.items() if name not in given
                  for a in ("--set", f"{name}={shell_text(value)}")]
-        return [sys.executable, "-m", module, *args, *extra, "--output-dir", str(tmp_path / "executed")]
+        return [sys.executable, "-m", module, *args, *extra, "--output-dir", str(tmp_path / "executed"), "--plan"]
     if module == "dpbook.repro.contributed":
         return contributed_check(args, tmp_path)
     key = f"{module} {args[0]}" if module == "dpbook.repro.sweep" else module
@@ -203,6 +213,27 @@ def effective(args: list[str]) -> tuple:
     return tuple(positional), tuple(sorted(options.items()))
 
 
+def kind(command: str) -> str:
+    """``papermill`` or the entry point's module.
+
+    >>> kind(".venv/bin/papermill a.ipynb b.ipynb"), kind("python -m dpbook.repro.bench --table x")
+    ('papermill', 'dpbook.repro.bench')
+    """
+    words = shlex.split(command)
+    return "papermill" if words[0].endswith("papermill") else words[words.index("-m") + 1]
+
+
+def test_a_command_run_elsewhere_names_a_test_that_runs_it():
+    import importlib
+
+    kinds = {kind(c) for _, c in documented_commands()}
+    for name, test in RUN_ELSEWHERE.items():
+        assert name in kinds, f"RUN_ELSEWHERE names {name!r}, which no document shows"
+        path, function = test.split("::")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        assert callable(getattr(module, function, None)), f"{test} does not exist"
+
+
 def test_commands_that_run_alike_run_once():
     commands = [("a.md", "python -m dpbook.repro.dry_run"), ("b.md", "python -m dpbook.repro.dry_run --device cuda"),
                 ("c.md", "python -m dpbook.repro.bench")]
@@ -211,7 +242,8 @@ def test_commands_that_run_alike_run_once():
 
 @pytest.mark.notebook
 @pytest.mark.documented
-@pytest.mark.parametrize("doc, command", distinct_runs(documented_commands()),
+@pytest.mark.parametrize("doc, command", distinct_runs([(d, c) for d, c in documented_commands()
+                                                        if kind(c) not in RUN_ELSEWHERE]),
                          ids=lambda x: x if len(x) < 40 else x[:40])
 def test_documented_command_runs(doc, command, tmp_path):
     args = small(command, tmp_path)

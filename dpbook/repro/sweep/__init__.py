@@ -24,7 +24,7 @@ CPU thread each by default); a failed run is reported and the sweep goes on. The
 from __future__ import annotations
 
 __all__ = [
-    "run_one", "run_all", "check_notebook_grid", "run_notebook_grid", "run_notebooks",
+    "run_one", "run_all", "check_notebook_grid", "notebook_commands", "run_notebook_grid", "run_notebooks",
     "KERNEL_START_TIMEOUT_S"
 ]
 
@@ -196,6 +196,27 @@ def check_notebook_grid(notebook: Path, points: list[dict]) -> tuple[dict, dict]
 KERNEL_START_TIMEOUT_S = 600
 
 
+def notebook_commands(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
+                      output_dir: str | Path = "data/results/executed",
+                      kernel: str = "python3") -> list[tuple[list[str], Path]]:
+    """The papermill command of each grid point (plus the ``fixed`` parameters) and the notebook it writes under
+    ``output_dir``, every point checked first (:func:`check_notebook_grid`)."""
+    notebook = Path(notebook)
+    points = grid_product(**grid)
+    check_notebook_grid(notebook, [{**fixed, **point} for point in points])
+
+    def command_of(point: dict) -> tuple[list[str], Path]:
+        tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))
+        out = Path(output_dir) / f"{notebook.stem}_{tag}.ipynb"
+        command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar",
+                   "--start-timeout", str(KERNEL_START_TIMEOUT_S)]
+        for k, v in {**fixed, **point}.items():
+            command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
+        return command, out
+
+    return [command_of(point) for point in points]
+
+
 def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
                       output_dir: str | Path = "data/results/executed", jobs: int = 1,
                       kernel: str = "python3", progress: bool | None = None, executor: str = "local",
@@ -209,23 +230,10 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     execution (SLURM: one job array). The manifest and the job logs go under ``<output_dir>/.sweeps/``.
     """
     checks.one_of("executor", executor, dispatch.EXECUTORS)
-    notebook = Path(notebook)
-    points = grid_product(**grid)
-    check_notebook_grid(notebook, [{**fixed, **point} for point in points])
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-
-    def command_of(point: dict) -> tuple[list[str], Path]:
-        tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))
-        out = output_dir / f"{notebook.stem}_{tag}.ipynb"
-        command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar",
-                   "--start-timeout", str(KERNEL_START_TIMEOUT_S)]
-        for k, v in {**fixed, **point}.items():
-            command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
-        return command, out
-
-    return run_notebooks([command_of(point) for point in points], output_dir=output_dir, jobs=jobs,
-                         progress=progress, executor=executor, slurm=slurm)
+    commands = notebook_commands(notebook, grid, fixed, output_dir=output_dir, kernel=kernel)
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    return run_notebooks(commands, output_dir=output_dir, jobs=jobs, progress=progress, executor=executor,
+                         slurm=slurm)
 
 
 def run_notebooks(commands: Sequence[tuple[list[str], Path]], *, output_dir: str | Path, jobs: int = 1,

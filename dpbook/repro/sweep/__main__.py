@@ -17,6 +17,7 @@ __all__ = ["BENCHMARKS", "parser", "main"]
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -25,7 +26,7 @@ from dpbook import cli
 from dpbook.optim import PER_SAMPLE_ENGINES
 from dpbook.repro import digits_benchmark, dispatch, mnist5k_benchmark, papers, params, results
 from dpbook.repro.benchmark import Benchmark
-from dpbook.repro.sweep import check_notebook_grid, run_all, run_notebook_grid, run_notebooks
+from dpbook.repro.sweep import check_notebook_grid, notebook_commands, run_all, run_notebook_grid, run_notebooks
 from dpbook.tuning import grid_product
 
 #: The benchmarks ``python -m dpbook.repro.sweep NAME`` runs.
@@ -71,6 +72,8 @@ def parser() -> argparse.ArgumentParser:
     nb.add_argument("--jobs", type=jobs, default=1)
     nb.add_argument("--output-dir", type=cli.folder("where the executed notebooks go"),
                     default="data/results/executed")
+    nb.add_argument("--plan", action="store_true",
+                    help="check every grid point and print the executions the sweep would make; execute nothing")
     _executor_arguments(nb)
     return parser
 
@@ -196,6 +199,13 @@ def _run(args) -> list[dict]:
     else:
         grid, fixed = params.assignments(args.grid, lists=True), params.assignments(args.set, lists=False)
         _check_chapter_grid(args.notebook, grid, fixed)
+        if args.plan:
+            _slurm_options(args)  # its options are checked too
+            commands = notebook_commands(args.notebook, grid, fixed, output_dir=args.output_dir)
+            for command, _ in commands:
+                print(shlex.join(command))
+            print(f"planned {len(commands)} notebook execution(s) ({args.executor}); nothing executed (--plan)")
+            return []
         summaries = [run_notebook_grid(args.notebook, grid, fixed, output_dir=args.output_dir, jobs=args.jobs,
                                        executor=args.executor, slurm=_slurm_options(args))]
     return summaries
