@@ -184,7 +184,7 @@ def test_the_command_line_prints_a_line_per_problem_and_exits_1(original, copy, 
     edit(copy, set_in(("final", "train_loss"), 0.1))
     edit(copy, set_in(("epsilon_spent",), 3.5))
     run = subprocess.run([sys.executable, "-m", "dpbook.repro.contributed", "check", str(copy.parents[2]), *args],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = run.stdout.splitlines()
     assert run.returncode == 1, run.stderr
     assert [line.split(": ", 2)[1] for line in lines[:-1]] == ["non-private statistic(s) final.train_loss, which no "

@@ -241,6 +241,12 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+#: Playwright's limit on each wait, in ms. Its default, 30 s, was exceeded by the full-page screenshots of the two
+#: longest API pages on a 2-core machine with other work beside it; a page's checks take a few seconds on a quiet
+#: one, so three minutes leaves room for a machine loaded several times over, and still stops a page that hangs.
+TIMEOUT_MS = 180_000
+
+
 class BookBrowser:
     """A headless Chromium with the network off, opening one page at a time."""
 
@@ -251,9 +257,16 @@ class BookBrowser:
     def close(self) -> None:
         self.browser.close()
 
+    def _context(self, **options):
+        """A new browser context whose every wait (a page load, a selector, a full-page screenshot) may take
+        :data:`TIMEOUT_MS`."""
+        context = self.browser.new_context(**options)
+        context.set_default_timeout(TIMEOUT_MS)
+        return context
+
     def sidebar_links(self, html_file: Path) -> set[Path]:
         """The files the book's navigation sidebar links to, on the page ``html_file`` leads to (redirects followed)."""
-        context = self.browser.new_context(viewport=VIEWPORT)
+        context = self._context(viewport=VIEWPORT)
         try:
             page = context.new_page()
             page.goto(html_file.resolve().as_uri(), wait_until="load")
@@ -272,7 +285,7 @@ class BookBrowser:
         handler = partial(_QuietHandler, directory=str(html_root))
         with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
             threading.Thread(target=server.serve_forever, daemon=True).start()
-            context = self.browser.new_context(viewport=VIEWPORT)
+            context = self._context(viewport=VIEWPORT)
             try:
                 origin = f"http://127.0.0.1:{server.server_address[1]}/"
                 context.route("**/*", lambda r: r.continue_() if r.request.url.startswith(origin) else r.abort())
@@ -298,7 +311,7 @@ class BookBrowser:
         def add(kind: str, detail: str) -> None:
             defects.append(Defect(kind, name, detail))
 
-        context = self.browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+        context = self._context(viewport=VIEWPORT, accept_downloads=True)
         try:
             def route(r):
                 url = r.request.url
