@@ -1,6 +1,8 @@
 # dpbook: two commands do all the set-up on a machine that has python3 (>= 3.11: requirements.txt's pins; the package
 # itself supports 3.10, which `make oldest` tests), make and git.
 #   make test   create .venv if missing, install, lint (ruff), run the whole test suite
+#   make test-quick  the inner loop: lint and the library's and unit tests (no notebook, no documented command,
+#               nothing marked slow)
 #   make book   create .venv if missing, install, execute the notebooks (cached), build the HTML book
 #   make serve  serve the built book at http://localhost:8000 (its search shows excerpts when served)
 #   make check  everything CI checks: the test suite, the book build, then every page of the book in headless
@@ -13,7 +15,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.dpbook-installed
 PYTEST_ARGS ?=
 
-.PHONY: test book serve browser check install oldest bench digits mnist5k dry-run gpu-check clean clean-book
+.PHONY: test test-quick book serve browser check install oldest bench digits mnist5k dry-run gpu-check clean clean-book
 
 install: $(STAMP)
 
@@ -38,6 +40,10 @@ $(STAMP): requirements.txt pyproject.toml
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-quick: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -m "not notebook and not documented and not slow" $(PYTEST_ARGS)
 
 # The chapters execute one per core at a time (tools/book_cache.py --execute: Jupyter Book executes one at a time),
 # each kernel on one intra-op thread: their models are small, and on a busy machine torch's default of one thread

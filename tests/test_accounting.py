@@ -239,6 +239,7 @@ def _random_histories(n: int, seed: int = 0) -> list[tuple[list, float]]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("history, delta", [
     *_random_histories(40),
     ([(0.5, 1.0, 1000)], 1e-5),               # the optimum below 1.1

@@ -69,6 +69,7 @@ def test_one_run_bound_is_the_binomial_test_without_delta():
 
 # --- every method, one and two steps ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_method_leaks_no_more_than_it_is_charged(name):
     result = audit(name, trials=FAST_TRIALS)
@@ -80,6 +81,7 @@ def test_method_leaks_no_more_than_it_is_charged(name):
     assert result.mu_lower > (0.4 if name == "dpdr" else 0.6) * result.mu_claimed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_two_steps_of_one_instance_leak_no_more_than_they_are_charged(name):
     result = audit(name, trials=FAST_TRIALS // 4, steps=2)  # the recorded audit has the power: 50,000 plays
@@ -92,6 +94,7 @@ def test_two_steps_of_one_instance_leak_no_more_than_they_are_charged(name):
         assert result.epsilon_claimed == pytest.approx(accounting.epsilon(result.noise_multiplier, 1.0, 2, 1e-5))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dpsgd", "dcsgd-e", "adaclip", "dpdr", "diff2"])
 def test_poisson_step_leaks_no_more_than_its_subsampled_claim(name):
     result = audit(name, trials=FAST_TRIALS, sample_rate=0.5)
@@ -107,6 +110,7 @@ def test_full_batch_method_is_audited_at_sample_rate_one_only():
 
 # --- the sweep over canary norms and directions ----------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_no_canary_of_the_sweep_exceeds_the_declared_sensitivity(name):
     result = sweep(METHODS[name], METHODS[name].declaration.audit)
@@ -128,6 +132,7 @@ def test_the_sweep_finds_what_a_fixed_canary_misses(kind, own, direction, norms)
 
 # --- the broken controls ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_broken_control_is_flagged(kind):
     result = audit_broken(kind, trials=FAST_TRIALS // 2, steps=2)
@@ -135,6 +140,7 @@ def test_broken_control_is_flagged(kind):
     assert result.method == BROKEN[kind][0] and result.broken == kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_one_step_audit_is_blind_to_noise_across_steps_only(kind):
     result = audit_broken(kind, trials=FAST_TRIALS)
@@ -190,6 +196,7 @@ def test_cli_refuses_mistakes_with_exit_two(args, message, capsys):
     assert exit_.value.code == 2 and message in error, error
 
 
+@pytest.mark.slow
 def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path):
     out = tmp_path / "audit.json"
     args = ("--broken", "half-noise", "--trials", "200", "--output", str(out))
@@ -248,6 +255,7 @@ def test_one_run_audit_refutes_the_claim_of_noise_reused_across_steps():
         one_run_audit("psasc", {}, epsilon=2.0, canaries=100, broken="reused-noise")
 
 
+@pytest.mark.slow
 def test_audits_in_parallel_processes_give_the_same_records():
     jobs = [("dpsgd", None, 1.0, 2), ("dpsgd", "reused-noise", 1.0, 2)]
     one, two = (list(records(jobs, dict(trials=200), processes=p)) for p in (1, 2))

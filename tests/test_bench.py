@@ -21,6 +21,7 @@ def run(*args):
     return subprocess.run([sys.executable, "-m", "dpbook.repro.bench", *args], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_every_contender_runs_and_a_rerun_resumes(tmp_path):
     out = tmp_path / "bench.json"
     first = run(*TINY, "--output", str(out))

@@ -64,6 +64,7 @@ def _cells(name):
     return [(m, e, p) for m in bench.methods for e in bench.epsilons for p in bench.protocols]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_committed_results_fill_every_reachable_cell(name):
     """The benchmark's command was run to the end: the chapter renders no partial cell."""
@@ -77,6 +78,7 @@ def test_committed_results_fill_every_reachable_cell(name):
     assert not incomplete, f"rerun `{BENCHMARKS[name][1]}`: {incomplete}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_unreachable_cells_are_the_expected_ones(name):
     for m, e, p in _cells(name):
@@ -87,6 +89,7 @@ def test_unreachable_cells_are_the_expected_ones(name):
             assert ("sigma_b" in found["reason"] and m == "adaclip") or m == "dpdr", (m, e, p, found["reason"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_tables_and_legends_name_methods_as_the_book_does(name):
     """The benchmarks' tables and figures show each method's declared label (plotting.method_label), never the

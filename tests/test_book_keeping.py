@@ -101,6 +101,7 @@ def test_every_registered_model_is_covered():
     assert set(models.MODELS) - text_models <= {name.split("-")[0] for name in IMAGE_MODELS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(IMAGE_MODELS))
 def test_norms_and_sums_equal_vmap_on_every_model(name):
     build, shape, n = IMAGE_MODELS[name]
@@ -453,6 +454,7 @@ def test_a_pass_in_its_two_stages_is_the_pass():
             pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(IMAGE_MODELS))
 def test_engine_step_equals_vmap_on_every_model(name):
     """DP-SGD's released step on every model, in micro-batches of 2: Book-Keeping against vmap."""
@@ -474,6 +476,7 @@ def test_engine_step_equals_vmap_on_every_model(name):
 VECTOR_METHODS = ("dpdr", "diff", "diff2", "psasc-momentum")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mnist_cnn", "digits_cnn", "cifar10_cnn"])
 @pytest.mark.parametrize("method", VECTOR_METHODS)
 def test_vector_methods_equal_vmap_on_the_benchmark_cnns(name, method):

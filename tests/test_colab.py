@@ -105,6 +105,7 @@ def _kernel(jupyter: Path, python: Path, env: dict) -> str:
     return spec.name
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 def test_setup_cell_on_a_colab_stand_in(tmp_path):
     """The set-up cell clones a bare copy of this repository's HEAD (a ``file://`` address standing in for GitHub)

@@ -176,6 +176,7 @@ def test_a_damaged_file_and_a_bad_parameter_are_named(copy):
         contributed.chapter_for("psasc", {"stand_in": True}, copy.parents[2])
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_a_line_per_problem_and_exits_1(original, copy, capsys):
     args = [arg for name, value in STAND_IN.items() for arg in ("-p", name, json.dumps(value))]
     assert contributed.main(["check", str(original.parents[2]), *args]) == 0

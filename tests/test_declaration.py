@@ -71,6 +71,7 @@ print(json.dumps({
 '''
 
 
+@pytest.mark.slow
 def test_a_toy_method_in_one_module_reaches_every_reader(tmp_path):
     module = tmp_path / "toy_method.py"
     module.write_text(TOY)

@@ -33,6 +33,7 @@ def test_debug_executor_runs_in_this_process_and_writes_a_manifest(tmp_path):
     assert all(entry["job"] for entry in manifest.entries)  # the debug jobs' ids and logs are recorded
 
 
+@pytest.mark.slow
 def test_local_manifest_resume_trains_only_what_is_missing(tmp_path, capsys):
     summary = sweep.run_all(GRID[:2], results_dir=tmp_path, progress=False)
     assert summary["done"] == 2 and Path(summary["manifest"]).is_file()
@@ -74,6 +75,7 @@ def cluster(tmp_path, monkeypatch):
             fake_slurm.scancel([job["key"]])
 
 
+@pytest.mark.slow
 def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, cluster, capsys):
     """A 2 x 2 grid goes out through the sweep's SLURM executor as one job array; one task is preempted
     mid-training (the signal submitit asks SLURM for), saves its checkpoint after the current step, is requeued
@@ -111,6 +113,7 @@ def test_slurm_grid_with_a_preempted_job_resumes_from_its_checkpoint(tmp_path, c
     assert "stopped at step" in victim.stderr()  # saved after its current step, not at an epoch's end
 
 
+@pytest.mark.slow
 def test_slurm_from_the_command_line_and_status(tmp_path, cluster, capsys):
     config = tmp_path / "cluster.toml"
     config.write_text('partition = "fake"\narray_parallelism = 2\nruns_per_job = 2\n')
@@ -126,6 +129,7 @@ def test_slurm_from_the_command_line_and_status(tmp_path, cluster, capsys):
     assert "done" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["debug", "slurm"])
 def test_a_notebook_grid_through_submitit(tmp_path, cluster, capsys, executor):
     """The other kind of sweep: one papermill execution per job (SLURM: one array), a failing point named."""

@@ -413,6 +413,7 @@ def test_diff2_noise_and_ledger_follow_the_split():
     assert engine.ledger.history == [(1.5, 0.5, 1), (3.0, 0.5, 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol, G", [("none", 1), ("rdp", 5), ("lt", 5), ("ps", 5)])
 @pytest.mark.parametrize("ratio", [0.5, 1.0, 2.0])
 def test_diff2_from_plan_spends_exactly_what_the_plan_charges(protocol, G, ratio):

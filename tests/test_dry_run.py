@@ -22,6 +22,7 @@ from dpbook.tasks import TASKS
 EXPECTED_FAILURES = ("DatasetNotFoundError: NAMES not found", "ValueError: sigma_b: 2 * sigma_b must exceed sigma")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", papers.chapters())
 def test_the_sample_dry_run_of_a_chapter(study, tmp_path, monkeypatch):
     """One test per chapter (the sample is its expensive part, built once): it covers every combination and builds
@@ -139,6 +140,7 @@ def test_the_gpu_checks_cells_are_cells_of_the_papers():
         assert [tuple(c) for c in cells] == [gpu_check.CELLS[study]]
 
 
+@pytest.mark.slow
 def test_the_gpu_check_path_on_the_cpu(tmp_path):
     """Everything but the device: the benchmark (one model, small B, no memory children) and the three cells at
     B = 2 for one step, in one record."""

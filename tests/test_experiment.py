@@ -75,6 +75,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
     assert resumed["epochs"] == reference["epochs"] and resumed["epsilon_spent"] == reference["epsilon_spent"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(METHODS))
 @pytest.mark.parametrize("protocol", ["rdp", "lt", "ps"])
 def test_every_method_spends_no_more_than_a_charged_search_allows(tmp_path, method, protocol):
@@ -97,6 +98,7 @@ def test_check_spent_refuses_a_run_that_overspends():
         check_spent([(0.9 * plan.sigma, 0.1, 100)], plan)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset, model, method", [
     ("mnist", "mnist_cnn", "dpsgd"), ("cifar10-simclr", "linear_classifier", "psasc"),
     ("names", "char_lstm", "dcsgd-p"), ("qnli", "bert_base", "autos"), ("celeba", "resnet9", "psac"),
@@ -160,6 +162,7 @@ def test_grid_points_may_set_the_learning_rate():
     assert reproduce.chosen_point(runs[0], base) == {"C": 1.0, "lr": 0.1}
 
 
+@pytest.mark.slow
 def test_unreachable_cells_say_why():
     # epsilon_1 = 3.3e-4 at delta_1 ~ 1e-17 needs an RDP order beyond the grid's 65,536
     base = Experiment(method="dpsgd", protocol="lt", **{**DIGITS, "epsilon": 1e-3})

@@ -154,6 +154,7 @@ def _vmap_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[
     return [grads[k] for k in params]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "batch"), [("mnist_cnn", 3), ("digits_cnn", 3), ("digits_mlp", 3), ("resnet18_gn", 2),
                                              ("resnet9", 2), ("linear_classifier", 3), ("mnist_cnn_gn", 3)])
 def test_vmap_per_sample_gradients_match_loop(models, name, batch):

@@ -121,6 +121,7 @@ def committed_json() -> list:
             if not any(part.startswith(".") for part in path.relative_to(results.RESULTS_DIR).parts)]
 
 
+@pytest.mark.slow
 def test_committed_results_hold_no_nonprivate_statistic():
     """No file under data/results/ holds a training-set metric or a "nonprivate/" statistic (privacy hygiene rule 8).
 

@@ -177,6 +177,7 @@ def papermill(notebook, *args) -> tuple[int, str]:
     return run.returncode, "\n".join(texts)
 
 
+@pytest.mark.slow
 def test_papermill_p_y_and_f_give_the_same_parameters(tiny_notebook):
     expected = "([3, 4], ['dpsgd'], 8.0, 1, {'mnist': 32}, True)"
     code, printed = papermill(tiny_notebook, "-p", "seeds", "[3, 4]", "-p", "methods", "dpsgd", "-p", "epsilon", "8",

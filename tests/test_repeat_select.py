@@ -48,6 +48,7 @@ def their_epsilon(history, delta, G, shape) -> float:
     return acc.get_epsilon(delta)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distribution", SHAPES)
 @pytest.mark.parametrize("history", [[(1.0, 256 / 60000, 2344)], [(0.7, 0.01, 500)], [(3.0, 0.05, 100)],
                                      [(0.9, 0.004, 1), (0.75, 0.004, 49), (0.9, 0.004, 4600)]])  # DPDR's three
@@ -66,6 +67,7 @@ def test_the_transform_is_never_below_dp_accountings(distribution, history, mean
 CELLS = [(name, eps, G) for name in DCSGD_SETTINGS for eps in (1.0, 2.0, 4.0, 8.0) for G in (10, 45, 90)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, epsilon, G", CELLS)
 def test_calibration_table_matches_dp_accounting(name, epsilon, G):
     """The sigma dp-accounting needs for the same search is within 1 % of ours: their epsilon is at most the
@@ -86,6 +88,7 @@ def test_other_distributions_match_dp_accounting_on_mnist(distribution, epsilon,
     assert theirs[0] > epsilon >= theirs[1]
 
 
+@pytest.mark.slow
 def test_the_issues_headline_cell():
     """calibrate_sigma(2.0, 1/60000, 256/60000, 2344, 10, "ps") against a calibration under dp-accounting (its own
     bisection to 1e-4): within 1 %."""
@@ -119,6 +122,7 @@ def _full_grid_search_epsilon(history, delta, count):
     return max(0.0, float(eps[best])), orders[best]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [math.inf, 0.0, 1.0, 0.5])
 def test_pruned_orders_give_the_full_grids_answer_bit_for_bit(shape):
     """The accountant evaluates a fractional order only where it can matter; the committed runs record sigmas

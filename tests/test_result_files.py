@@ -163,6 +163,7 @@ def alive(pid: int) -> bool:
     return bool(state) and not state.startswith("Z")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_killing_a_sweep_leaves_no_worker(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", SWEEP, str(tmp_path)], cwd=Path(__file__).parents[1])

@@ -219,6 +219,7 @@ def _google(accountant, sigma, q, steps, delta):
     return eps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, eps, G, protocol", CELLS)
 def test_calibration_table_agrees_with_google_rdp_to_one_percent(name, eps, G, protocol):
     """Google's RDP accountant (orders up to 300) puts the smallest sufficient sigma within 1 % below ours."""
@@ -227,6 +228,7 @@ def test_calibration_table_agrees_with_google_rdp_to_one_percent(name, eps, G, p
     assert _google("rdp", 0.99 * sigma, q, steps, delta) > target
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, eps, G, protocol", [c for c in CELLS if c[3] != "lt"])
 def test_calibration_table_is_private_under_google_pld(name, eps, G, protocol):
     """The PLD accountant is tighter than RDP: our sigma meets the target there too (by 2-20 %).
