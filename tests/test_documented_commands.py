@@ -53,11 +53,19 @@ SMALL = {
                              "--set", "cells=[['mnist', 'dpsgd']]", "--device", "cpu"],
 }
 
-#: Documented commands that another test runs at the same small sizes (kind: the test that runs it).
+#: Documented commands whose small run another test makes (a pattern of the command: the test that runs it).
 RUN_ELSEWHERE = {
-    "papermill": "tests/test_notebooks.py::test_notebook",  # with test_documented_parameters_are_the_notebooks
-    "dpbook.repro.bench": "tests/test_bench.py::test_every_contender_runs_and_a_rerun_resumes",  # --output, --table
-    "dpbook.repro.gpu_check": "tests/test_dry_run.py::test_the_gpu_check_path_on_the_cpu",  # its path on the CPU
+    r"^(\.venv/bin/)?papermill ": "tests/test_notebooks.py::test_notebook",  # its values: the parameter check below
+    r"-m dpbook\.repro\.bench\b": "tests/test_bench.py::test_every_contender_runs_and_a_rerun_resumes",  # --table too
+    r"-m dpbook\.repro\.gpu_check\b": "tests/test_dry_run.py::test_the_gpu_check_path_on_the_cpu",  # on the CPU
+    # a benchmark's sweep on the cluster and on the debug executor (the local pool runs the documented mnist5k one)
+    r"-m dpbook\.repro\.sweep (digits|mnist5k) .*--executor slurm": (
+        "tests/test_dispatch.py::test_slurm_from_the_command_line_and_status"),
+    r"-m dpbook\.repro\.sweep (digits|mnist5k) .*--executor debug": (
+        "tests/test_dispatch.py::test_debug_executor_runs_in_this_process_and_writes_a_manifest"),
+    r"-m dpbook\.audit --method dpsgd$": (
+        "tests/test_audit.py::test_cli_audits_a_method_over_one_and_two_steps_and_exits_zero"),
+    r"-m dpbook\.audit --broken all$": "tests/test_audit.py::test_cli_audits_every_control_on_the_method_it_breaks",
 }
 
 #: Entry points whose documented use exits 1 on purpose (the audit of the broken controls flags them).
@@ -213,22 +221,21 @@ def effective(args: list[str]) -> tuple:
     return tuple(positional), tuple(sorted(options.items()))
 
 
-def kind(command: str) -> str:
-    """``papermill`` or the entry point's module.
+def run_elsewhere(command: str) -> str | None:
+    """The test that runs ``command``'s small run (:data:`RUN_ELSEWHERE`), or None.
 
-    >>> kind(".venv/bin/papermill a.ipynb b.ipynb"), kind("python -m dpbook.repro.bench --table x")
-    ('papermill', 'dpbook.repro.bench')
+    >>> run_elsewhere(".venv/bin/papermill a.ipynb b.ipynb"), run_elsewhere("python -m dpbook.audit --method all")
+    ('tests/test_notebooks.py::test_notebook', None)
     """
-    words = shlex.split(command)
-    return "papermill" if words[0].endswith("papermill") else words[words.index("-m") + 1]
+    return next((test for pattern, test in RUN_ELSEWHERE.items() if re.search(pattern, command)), None)
 
 
 def test_a_command_run_elsewhere_names_a_test_that_runs_it():
     import importlib
 
-    kinds = {kind(c) for _, c in documented_commands()}
-    for name, test in RUN_ELSEWHERE.items():
-        assert name in kinds, f"RUN_ELSEWHERE names {name!r}, which no document shows"
+    commands = [c for _, c in documented_commands()]
+    for pattern, test in RUN_ELSEWHERE.items():
+        assert any(re.search(pattern, c) for c in commands), f"RUN_ELSEWHERE's {pattern!r} matches no document"
         path, function = test.split("::")
         module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
         assert callable(getattr(module, function, None)), f"{test} does not exist"
@@ -243,7 +250,7 @@ def test_commands_that_run_alike_run_once():
 @pytest.mark.notebook
 @pytest.mark.documented
 @pytest.mark.parametrize("doc, command", distinct_runs([(d, c) for d, c in documented_commands()
-                                                        if kind(c) not in RUN_ELSEWHERE]),
+                                                        if run_elsewhere(c) is None]),
                          ids=lambda x: x if len(x) < 40 else x[:40])
 def test_documented_command_runs(doc, command, tmp_path):
     args = small(command, tmp_path)
