@@ -22,27 +22,30 @@ def run(*args):
 
 
 @pytest.mark.slow
-def test_every_contender_runs_and_a_rerun_resumes(tmp_path):
+def test_every_contender_runs_and_a_rerun_resumes(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    first = run(*TINY, "--output", str(out))
-    assert first.returncode == 0, first.stderr
+    bench.main([*TINY, "--output", str(out)])  # in this process: the command line's main, as ``-m`` runs it
     record = json.loads(out.read_text())
     (cell,) = record["cells"]
-    assert (cell["model"], cell["B"], cell["micro_batch"]) == ("mnist_cnn", 8, None)
+    assert (cell["model"], cell["B"], cell["micro_batch"], cell["micro_batch_why"]) == ("mnist_cnn", 8, None, "")
     assert set(cell["ms"]) == set(cell["rounds"]) == set(bench.CONTENDERS) and all(v > 0 for v in cell["ms"].values())
     assert cell["ms"] == bench.medians(cell["rounds"]) and all(len(t) == 1 for t in cell["rounds"].values())
     assert record["provenance"]["versions"]["torch"] == torch.__version__
-    again = run(*TINY, "--output", str(out))
-    assert again.returncode == 0 and "mnist_cnn B=8" not in again.stderr  # nothing re-run
+    capsys.readouterr()
+    bench.main([*TINY, "--output", str(out)])
+    assert "mnist_cnn B=8" not in capsys.readouterr().err  # nothing re-run
     assert json.loads(out.read_text())["cells"] == record["cells"]
-    other = run(*TINY, "mnist_cnn", "--output", str(out))  # other --method-models: refused before running
-    assert other.returncode == 2 and "recorded with other method_models" in other.stderr
-    table = run("--table", str(out))
+    with pytest.raises(SystemExit) as other:  # other --method-models: refused before running
+        bench.main([*TINY, "mnist_cnn", "--output", str(out)])
+    assert other.value.code == 2 and "recorded with other method_models" in capsys.readouterr().err
+    table = run("--table", str(out))  # the documented command line itself
     assert table.returncode == 0 and table.stdout.strip() == bench.tables(record)
     del record["parameters"]["schema"]  # a record from before every round's times were kept
     out.write_text(json.dumps(record))
-    old = run("--table", str(out))
-    assert old.returncode == 2 and "layout of schema 1, not 2" in old.stderr and "--force" in old.stderr
+    with pytest.raises(SystemExit) as old:
+        bench.main(["--table", str(out)])
+    error = capsys.readouterr().err
+    assert old.value.code == 2 and "layout of schema 1, not 2" in error and "--force" in error
 
 
 @pytest.mark.parametrize("contender", ["non-private", "dpbook book-keeping"])

@@ -66,6 +66,10 @@ RUN_ELSEWHERE = {
     r"-m dpbook\.audit --method dpsgd$": (
         "tests/test_audit.py::test_cli_audits_a_method_over_one_and_two_steps_and_exits_zero"),
     r"-m dpbook\.audit --broken all$": "tests/test_audit.py::test_cli_audits_every_control_on_the_method_it_breaks",
+    r"-m dpbook\.audit --method all --json$": "tests/test_audit.py::test_cli_output_resumes_and_bounds_hold_jointly",
+    # the digits benchmark's sweep from the command line (its module fixture; the pool of --jobs 2: mnist5k's below)
+    r"-m dpbook\.repro\.sweep digits --jobs 2$": (
+        "tests/test_cli_cases.py::test_the_vmap_path_from_the_command_line_trains_the_same_runs"),
 }
 
 #: Entry points whose documented use exits 1 on purpose (the audit of the broken controls flags them).
