@@ -25,9 +25,10 @@ import argparse
 import json
 import logging
 import os
-import re
 from datetime import datetime, timezone
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 INPUTS = ("dpbook", "data")
@@ -64,8 +65,13 @@ def refresh(cache_dir: Path, since: float) -> list[Path]:
 
 def book_notebooks(root: Path = ROOT) -> list[Path]:
     """The notebooks ``_toc.yml`` lists (the pages the build executes), in its order."""
-    files = re.findall(r"^\s*-?\s*(?:file|root):\s*(\S+)\s*$", (root / "_toc.yml").read_text(), flags=re.M)
-    return [root / f"{f}.ipynb" for f in files if (root / f"{f}.ipynb").exists()]
+    def files(entry) -> list[str]:
+        if isinstance(entry, dict):
+            return [entry[k] for k in ("root", "file") if k in entry] + [f for v in entry.values() for f in files(v)]
+        return [f for v in entry for f in files(v)] if isinstance(entry, list) else []
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    return [root / f"{f}.ipynb" for f in files(toc) if (root / f"{f}.ipynb").exists()]
 
 
 def execute(cache_dir: Path, notebooks: list[Path], timeout: int) -> dict[str, list]:
@@ -123,7 +129,7 @@ def main(argv=None) -> None:
                         "execution, one per core at a time, and cache them (before the build)")
     args = parser.parse_args(argv)
     if args.execute:
-        timeout = int(re.search(r"^\s+timeout:\s*(\d+)", (ROOT / "_config.yml").read_text(), flags=re.M)[1])
+        timeout = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]["timeout"]
         summary = execute(args.cache_dir, book_notebooks(), timeout)
         for path in summary["excepted"] + summary["errored"]:
             print(f"book_cache: {Path(path).name} failed here; the build executes it again and reports why")

@@ -245,18 +245,17 @@ def engine_rounds(name: str, B: int, contenders, repeats: int | None, device,
     x, y = batch(setting, B, device)
     micro, why = physical_batch(setting, B, device, asked)
     repeats = setting.repeats if repeats is None else repeats
+    fallback = torch.device(device).type == "cuda" and micro is None and setting.micro(B) is not None
     try:
         steps = {c: make_step(c, setting, x, y, device, micro=micro) for c in contenders}
         return interleaved_rounds_ms(steps, repeats, device), micro, why
     except torch.cuda.OutOfMemoryError:
-        if micro is not None or setting.micro(B) is None:
+        if not fallback:
             raise
     steps = None  # the failed contenders' models and tensors are freed before the smaller batches start
     torch.cuda.empty_cache()
-    micro = setting.micro(B)
     why = f"B = {B} at once ran out of the GPU's memory (torch.cuda.OutOfMemoryError)"
-    steps = {c: make_step(c, setting, x, y, device, micro=micro) for c in contenders}
-    return interleaved_rounds_ms(steps, repeats, device), micro, why
+    return engine_rounds(name, B, contenders, repeats, device, setting.micro(B))[0], setting.micro(B), why
 
 
 def _status_mib(field: str) -> float:
