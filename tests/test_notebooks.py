@@ -25,7 +25,7 @@ from . import checked_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXECUTED = ROOT / "tests" / "_executed"
+EXECUTED = checked_outputs.EXECUTED  # the executed copies, which checked_outputs.py --update reads
 #: papermill as the tests run it, with the sweep's kernel start timeout: a kernel can take over a minute to start
 #: while both cores of a CI runner are busy (papermill's default, 60 s, failed a run there).
 PAPERMILL_BASE = [sys.executable, "-m", "papermill", "--no-progress-bar",
