@@ -197,24 +197,26 @@ def test_cli_refuses_mistakes_with_exit_two(args, message, capsys):
 
 
 @pytest.mark.slow
-def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path):
+def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path, capsys):
+    """The command in a process of its own (as typed), then again, with another audit and forced, in this one."""
     out = tmp_path / "audit.json"
-    args = ("--broken", "half-noise", "--trials", "200", "--output", str(out))
-    first = _cli("--method", "all", "--trials", "200", "--sample-rate", "0.5", "--steps", "1", "--output", str(out),
-                 "--json")
+    args = ["--broken", "half-noise", "--trials", "200", "--output", str(out), "--jobs", "1"]
+    every = ["--method", "all", "--trials", "200", "--sample-rate", "0.5", "--steps", "1", "--output", str(out),
+             "--json"]
+    first = _cli(*every)
     assert first.returncode == 0, first.stderr
     record = json.loads(out.read_text())
     assert len(record["results"]) == len(METHODS) - 1  # the full-batch method runs at q = 1 only
     assert {r["confidence"] for r in record["results"]} == {1 - 0.05 / (len(METHODS) - 1)}
-    again = _cli("--method", "all", "--trials", "200", "--sample-rate", "0.5", "--steps", "1", "--output", str(out),
-                 "--json")
-    assert again.returncode == 0 and "audited" not in again.stderr  # nothing re-run
-    assert json.loads(again.stdout) == record["results"]
-    other = _cli(*args)  # another audit's file is not replaced ...
-    assert other.returncode == 2 and "recorded with other audits" in other.stderr
+    assert audit_main([*every, "--jobs", "1"]) == 0
+    again = capsys.readouterr()
+    assert "audited" not in again.err and json.loads(again.out) == record["results"]  # nothing re-run
+    with pytest.raises(SystemExit) as other:  # another audit's file is not replaced ...
+        audit_main(args)
+    assert other.value.code == 2 and "recorded with other audits" in capsys.readouterr().err
     assert json.loads(out.read_text()) == record
-    forced = _cli(*args, "--force")  # ... unless asked
-    assert forced.returncode == 1 and len(json.loads(out.read_text())["results"]) == 2  # one and two steps
+    assert audit_main([*args, "--force"]) == 1  # ... unless asked
+    assert len(json.loads(out.read_text())["results"]) == 2  # one and two steps
 
 
 # --- one training run ------------------------------------------------------------------------------------------
