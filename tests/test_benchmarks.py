@@ -66,10 +66,16 @@ def _cells(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BENCHMARKS)
-def test_committed_results_fill_every_reachable_cell(name):
-    """The benchmark's command was run to the end: the chapter renders no partial cell; and the cells it cannot
-    reach are the expected ones (one test: a cell's summary reads every run of the cell, tens of seconds per
-    benchmark, and the suite's workers would each read them again)."""
+def test_committed_results_are_complete_and_shown_with_the_books_names(name):
+    """The benchmark's command was run to the end: the chapter renders no partial cell, and the cells it cannot
+    reach are the expected ones; its tables and figure name each method as the book does. One test: a cell's
+    summary reads every run of the cell and calibrates its plan (tens of seconds per benchmark), which the suite's
+    workers would each do again."""
+    check_every_reachable_cell_filled(name)
+    check_tables_and_legends_name_methods_as_the_book_does(name)
+
+
+def check_every_reachable_cell_filled(name):
     incomplete = {}
     for m, e, p in _cells(name):
         found = cell(name, m, e, p)
@@ -84,9 +90,7 @@ def test_committed_results_fill_every_reachable_cell(name):
     assert not incomplete, f"rerun `{BENCHMARKS[name][1]}`: {incomplete}"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", BENCHMARKS)
-def test_tables_and_legends_name_methods_as_the_book_does(name):
+def check_tables_and_legends_name_methods_as_the_book_does(name):
     """The benchmarks' tables and figures show each method's declared label (plotting.method_label), never the
     registry's key, on the committed results."""
     module = BENCHMARKS[name][0]
