@@ -22,7 +22,8 @@ REPRO = "dpbook.repro"
 LAYERS = {
     "core": ("dpbook", "dpbook.checks", "dpbook.cli", "dpbook.io", "dpbook.noise", "dpbook.accounting",
              "dpbook.sampling", "dpbook.per_sample", "dpbook.histogram", "dpbook.weights", "dpbook.bounds",
-             "dpbook.tuning", "dpbook.methods", "dpbook.optim", "dpbook.train", "dpbook.synthetic"),
+             "dpbook.tuning", "dpbook.methods", "dpbook.optim", "dpbook.opacus_bridge", "dpbook.train",
+             "dpbook.synthetic"),
     "zoo": ("dpbook.data", "dpbook.models", "dpbook.tasks", "dpbook.audit"),
     "book": (REPRO,),
 }
