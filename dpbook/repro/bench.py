@@ -519,7 +519,8 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict | None:
+    """The command line; returns the benchmark's record (None for ``--table`` and a memory child)."""
     parser_ = parser()
     args = parser_.parse_args(argv)
     if args.table:
@@ -530,11 +531,11 @@ def main(argv=None) -> None:
     if args.memory_child:
         name, B, contender = args.memory_child
         print(json.dumps(memory_child(name, int(B), contender, device, args.micro_batch)))
-        return
-    run(args, parser_, device)
+        return None
+    return run(args, parser_, device)
 
 
-def run(args, parser, device) -> None:
+def run(args, parser, device) -> dict:
     from dpbook.repro.results import provenance
 
     parameters = {k: getattr(args, k) for k in ("models", "batch_sizes", "contenders", "repeats", "method_models",
@@ -575,6 +576,7 @@ def run(args, parser, device) -> None:
     if args.output:
         atomic_write_json(record, args.output)
     print(tables(record))
+    return record
 
 
 if __name__ == "__main__":

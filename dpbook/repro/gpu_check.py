@@ -22,7 +22,6 @@ __all__ = ["CELLS", "cells_of", "parser", "main"]
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -50,12 +49,9 @@ def cells_of(study: str, **parameters) -> tuple[Chapter, list]:
 
 
 def _bench(args, device: torch.device) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        output = Path(tmp) / "bench.json"
-        bench.main(["--models", *args.bench_models, "--batch-sizes", str(args.bench_batch), "--method-models",
-                    "--profile-models", "--device", str(device), "--output", str(output),
-                    *(["--skip-memory"] if args.skip_memory else [])])
-        return json.loads(output.read_text())
+    """The private-step benchmark's record, from its command line (:mod:`dpbook.repro.bench`), kept in memory."""
+    return bench.main(["--models", *args.bench_models, "--batch-sizes", str(args.bench_batch), "--method-models",
+                       "--profile-models", "--device", str(device), *(["--skip-memory"] if args.skip_memory else [])])
 
 
 def parser() -> argparse.ArgumentParser:
