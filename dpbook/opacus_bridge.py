@@ -36,7 +36,7 @@ from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processe
 
 from dpbook.methods.base import Method, MicroBatch
 from dpbook.noise import GaussianNoise
-from dpbook.optim import released_diagnostics
+from dpbook.optim import check_fresh, release
 from dpbook.per_sample import check_finite, flat_norms
 
 
@@ -50,9 +50,7 @@ class MethodOptimizer(OpacusOptimizer):
         if self.secure_mode:
             raise ValueError("with_method draws the method's noise from dpbook's seeded generator, not Opacus's "
                              "secure_mode; make the engine with secure_mode=False")
-        if method.t > 0:
-            raise ValueError(f"this {method.name!r} method object has already taken {method.t} step(s) in another "
-                             f"run; make a new one for every run (make_method({method.name!r}, ...))")
+        check_fresh(method)
         if method.full_batch:
             raise ValueError(f"{method.name!r} runs on the full batch with each example's index, which an Opacus "
                              "batch does not carry: use dpbook.optim.DPOptimizer (see dpbook.opacus_bridge)")
@@ -79,12 +77,10 @@ class MethodOptimizer(OpacusOptimizer):
     def add_noise(self) -> None:
         """The method's release as ``p.grad`` (Opacus then divides it by ``expected_batch_size``); the optimizer's
         ``noise_multiplier`` is the step's, for the engine's accountant."""
-        self.noise_multiplier = self.method.noise_multiplier()  # fixed before the release updates any state
-        noisy_sum = self.method.release(self._acc, self.noise)
-        self._acc = None
+        noisy_sum, self.info = release(self.method, self._acc, self.noise)
+        self.noise_multiplier, self._acc = self.info["noise_multiplier"], None
         for p, s in zip(self.params, noisy_sum):
             p.grad = s.view_as(p)
-        self.info = {"noise_multiplier": self.noise_multiplier, **released_diagnostics(self.method)}
         self.method.advance()
 
 

@@ -24,7 +24,7 @@ method's :meth:`~dpbook.methods.base.Method.nonprivate_diagnostics`) are for tea
 
 from __future__ import annotations
 
-__all__ = ["PER_SAMPLE_ENGINES", "released_diagnostics", "DPOptimizer"]
+__all__ = ["PER_SAMPLE_ENGINES", "released_diagnostics", "check_fresh", "release", "DPOptimizer"]
 
 import functools
 import warnings
@@ -62,6 +62,22 @@ def released_diagnostics(method: Method) -> dict[str, float]:
         raise ValueError(f"{type(method).__name__}.diagnostics() returns the non-private key(s) {leaked}: it may "
                          "hold only released quantities; move them to nonprivate_diagnostics()")
     return diagnostics
+
+
+def check_fresh(method: Method) -> None:
+    """Refuse a method object that has already stepped: its thresholds, DPDR's base or its momenta would carry over
+    into the new run, unaccounted."""
+    if method.t > 0:
+        raise ValueError(f"this {method.name!r} method object has already taken {method.t} step(s) in another run; "
+                         f"make a new one for every run (make_method({method.name!r}, ...))")
+
+
+def release(method: Method, acc: dict, noise: GaussianNoise) -> tuple[list[torch.Tensor], dict]:
+    """The method's noisy sum of one step's accumulators, and the step's info: the noise multiplier the step costs
+    (fixed before the release updates any state) and the method's released diagnostics."""
+    sigma = method.noise_multiplier()
+    noisy_sum = method.release(acc, noise)
+    return noisy_sum, {"noise_multiplier": sigma, **released_diagnostics(method)}
 
 
 class DPOptimizer:
@@ -116,9 +132,7 @@ class DPOptimizer:
         self.ledger = PrivacyLedger()
         self.nonprivate_diagnostics = nonprivate_diagnostics
         self.nonprivate_info: dict | None = None  # the last step's, with nonprivate_diagnostics=True
-        if method.t > 0:  # its thresholds, DPDR's base, momenta would carry over into this run, unaccounted
-            raise ValueError(f"this {method.name!r} method object has already taken {method.t} step(s) in another "
-                             f"run; make a new one for every run (make_method({method.name!r}, ...))")
+        check_fresh(method)
         method.bind(self.params, expected_batch_size=self.B)
 
     @staticmethod
@@ -153,14 +167,12 @@ class DPOptimizer:
         acc = method.start(self.params)
         for sl in micro_batches(len(x), self.micro_batch_size):
             self._accumulate(acc, x[sl], y[sl], None if index is None else index[sl])
-        sigma = method.noise_multiplier()  # what this step costs, fixed before the release updates any state
-        noisy_sum = method.release(acc, self.noise)
+        noisy_sum, info = release(method, acc, self.noise)
         for p, s in zip(self.params, noisy_sum):
             p.grad = s / self.B  # the expected batch size B, never the realised |B_t| (privacy hygiene rule 1)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.ledger.record(sigma, self.q)
-        info = {"noise_multiplier": sigma, **released_diagnostics(method)}
+        self.ledger.record(info["noise_multiplier"], self.q)
         if self.nonprivate_diagnostics:
             self.nonprivate_info = {"nonprivate/batch_size": len(x), **method.nonprivate_diagnostics()}
         method.advance()
