@@ -11,8 +11,8 @@ chapters (:meth:`Chapter.every_table <dpbook.repro.papers.chapter.Chapter.every_
    random weights, the method from its plan), on ``source="shapes"``: synthetic tensors of the real dataset's
    shapes, classes and N (:func:`dpbook.repro.experiment.shape_data`), which no result file is written from;
 3. ``steps`` training steps of it through :class:`dpbook.train.Trainer` (Poisson batches at the real q), after one
-   warm-up step, once per distinct :func:`combination` (model, method, B, micro-batch, input): their median time
-   and the peak memory (CUDA: peak allocated; CPU: the process's peak resident memory, as :mod:`dpbook.repro.bench`
+   warm-up step, once per distinct :func:`combination` (model, method, B, micro-batch, input; step 2 too: a cell
+   whose combination is measured only calibrates its first run's plan): their median time and the peak memory (CUDA: peak allocated; CPU: the process's peak resident memory, as :mod:`dpbook.repro.bench`
    reads it).
 
 A cell that cannot be built or stepped is recorded with why; a combination whose peak is above 15 GB (a Colab
@@ -52,7 +52,7 @@ import torch
 
 from dpbook import cli, io
 from dpbook.repro import bench, papers, results
-from dpbook.repro.experiment import Experiment, Prepared, prepare
+from dpbook.repro.experiment import Experiment, Prepared, plan_of, prepare, shapes_size
 from dpbook.repro.papers.chapter import Chapter
 from dpbook.repro.params import assignments, field_names, unknown_parameters
 from dpbook.tasks import TASKS
@@ -164,18 +164,20 @@ def _reason(text: str) -> str:
 
 
 def _dry_cell(chapter: Chapter, cell: Hashable, combinations: dict, steps: int, warmup: int) -> dict:
-    """One cell: its runs (calibrated and built), its first run prepared on shapes, its combination measured once."""
+    """One cell: its runs (calibrated and built), its combination measured once (its first run prepared on shapes);
+    a cell whose combination is measured already calibrates its first run's plan without building the model."""
     entry = {"label": {k: str(v) for k, v in chapter.label(cell).items()}, "table": chapter.table_of(cell)}
     started = time.perf_counter()
     try:
         runs = chapter.runs_to_fill(cell)
-        run = prepare(runs[0], device=chapter.device, source="shapes")
+        key = combination(runs[0])
+        run = None if key in combinations else prepare(runs[0], device=chapter.device, source="shapes")
+        plan = plan_of(runs[0], shapes_size(runs[0])) if run is None else run.plan
     except (ValueError, FileNotFoundError, ImportError, RuntimeError) as err:
         return {**entry, "error": _error(err), "build_s": round(time.perf_counter() - started, 3)}
-    key = combination(run.exp)
-    entry.update(runs=len(runs), steps_per_run=run.plan.steps, sigma=run.plan.sigma, combination=key,
+    entry.update(runs=len(runs), steps_per_run=plan.steps, sigma=plan.sigma, combination=key,
                  build_s=round(time.perf_counter() - started, 3))
-    if key not in combinations:
+    if run is not None:
         try:
             combinations[key] = measure(run, steps, warmup)
         except (RuntimeError, ValueError) as err:  # out of memory, or a model the engine cannot step

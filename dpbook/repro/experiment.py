@@ -35,7 +35,7 @@ True
 from __future__ import annotations
 
 __all__ = [
-    "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data", "load_task_data", "build_task_model",
+    "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data", "shapes_size", "load_task_data", "build_task_model",
     "make_optimizer", "resolve_device", "plan_of", "SPENT_TOLERANCE", "charged_epsilon", "check_spent", "Prepared",
     "prepare", "run_experiment"
 ]
@@ -368,14 +368,20 @@ def prepare(exp: Experiment, *, data_root: str | Path = data.DEFAULT_ROOT, downl
     return Prepared(exp, splits, plan, model, method, optimizer, device, source)
 
 
-def _shapes_of(exp: Experiment, device: torch.device) -> data.DataSplits:
-    """:func:`shape_data` of the experiment's task at its N: the registry's, or ``train_size`` when smaller."""
+def shapes_size(exp: Experiment) -> int:
+    """The N that ``source="shapes"`` trains on: the task's registered training-set size, or ``train_size`` when
+    smaller."""
     task = TASKS[exp.dataset]
     if exp.smoke:
         raise ValueError("source='shapes' takes the real dataset's shapes and N; a smoke run has its own data")
     if task.train_size is None:
         raise FileNotFoundError(f"{task.title} has no fixed training-set size: its N is read from its files")
-    return shape_data(task, min(task.train_size, exp.train_size or task.train_size), device=device)
+    return min(task.train_size, exp.train_size or task.train_size)
+
+
+def _shapes_of(exp: Experiment, device: torch.device) -> data.DataSplits:
+    """:func:`shape_data` of the experiment's task at :func:`shapes_size`."""
+    return shape_data(TASKS[exp.dataset], shapes_size(exp), device=device)
 
 
 def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS_DIR,
