@@ -2,8 +2,8 @@
 runs it already.
 
 The commands are extracted from the files (fenced code blocks and inline code of ``README.md`` and ``book/*.md``):
-papermill calls, ``python -m`` entry points and the library example. Each runs from the repository root as typed,
-with only its sizes made small: the entry points get the size options of :data:`SMALL`; a notebook sweep gets the
+papermill calls, ``python -m`` entry points and the library example. Each runs from the repository root as typed
+(an entry point through its module's ``main``, in this process: :func:`run_module`), with only its sizes made small: the entry points get the size options of :data:`SMALL`; a notebook sweep gets the
 notebook's smoke parameters for the parameters the documentation does not set and for its training length
 (:data:`SIZES`), and runs with ``--plan`` (every grid point checked against the notebook and its chapter, every
 execution listed: the executions themselves are the notebook tests' and the sweep tests'). A documented command
@@ -15,11 +15,13 @@ know fails the test: add a rule, so that the documentation cannot drift from the
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -125,7 +127,7 @@ def small(command: str, tmp_path: Path) -> list[str]:
                  for a in ("--set", f"{name}={shell_text(value)}")]
         return [sys.executable, "-m", module, *args, *extra, "--output-dir", str(tmp_path / "executed"), "--plan"]
     if module == "dpbook.repro.contributed":
-        return contributed_check(args, tmp_path)
+        return contributed_check(args)
     key = f"{module} {args[0]}" if module == "dpbook.repro.sweep" else module
     if key not in SMALL:
         pytest.fail(f"no rule to run the documented command {command!r} at small sizes: add one to SMALL")
@@ -136,14 +138,24 @@ def small(command: str, tmp_path: Path) -> list[str]:
     return [sys.executable, "-m", module, *args, *SMALL[key], *extra]
 
 
-def contributed_check(args: list[str], tmp_path: Path) -> list[str]:
-    """The documented check of a reader's folder, run on a folder holding a real contributed run instead (the
-    DP-PSASC chapter's MNIST-5k cell of tests/test_contributed.py, about 5 s), with the chapter parameters it ran with
-    after the documented ones (which still apply, sizes aside)."""
-    file = contribute(tmp_path / "results")
+#: Where a documented check of a reader's folder reads: the folder of :func:`contributed_folder` at run time.
+CONTRIBUTED = "<a folder holding a real contributed run>"
+
+
+def contributed_check(args: list[str]) -> list[str]:
+    """The documented check of a reader's folder, run on a folder holding a real contributed run instead
+    (:data:`CONTRIBUTED`), with the chapter parameters it ran with after the documented ones (which still apply,
+    sizes aside)."""
     options = args[args.index("-p"):] if "-p" in args else []
     sizes = [a for name, value in STAND_IN.items() for a in ("-p", name, repr(value))]
-    return [sys.executable, "-m", "dpbook.repro.contributed", args[0], str(file.parents[1]), *options, *sizes]
+    return [sys.executable, "-m", "dpbook.repro.contributed", args[0], CONTRIBUTED, *options, *sizes]
+
+
+@pytest.fixture(scope="module")
+def contributed_folder(tmp_path_factory) -> str:
+    """The DP-PSASC chapter's MNIST-5k cell of tests/test_contributed.py trained once (about 5 s): the folder the
+    checks read (a check writes nothing)."""
+    return str(contribute(tmp_path_factory.mktemp("contributed") / "results").parents[1])
 
 
 def papermill_options(command: str) -> dict[str, str]:
@@ -186,12 +198,11 @@ def test_a_documented_command_without_a_rule_is_caught(tmp_path):
 
 def distinct_runs(commands: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The documented commands whose small runs differ: two commands that become the same run at small sizes (the
-    dry run on the CPU and with ``--device cuda``, which the size options send to the CPU) run once. A folder
-    check (it trains a run to check) is never merged."""
+    dry run on the CPU and with ``--device cuda``, which the size options send to the CPU; the same check of a
+    reader's folder shown twice) run once."""
     seen, out = set(), []
     for doc, command in commands:
-        key = (command if "dpbook.repro.contributed" in command
-               else effective(small(command, Path("/tmp/dpbook-documented"))))
+        key = effective(small(command, Path("/tmp/dpbook-documented")))
         if key not in seen:
             seen.add(key)
             out.append((doc, command))
@@ -235,7 +246,6 @@ def run_elsewhere(command: str) -> str | None:
 
 
 def test_a_command_run_elsewhere_names_a_test_that_runs_it():
-    import importlib
 
     commands = [c for _, c in documented_commands()]
     for pattern, test in RUN_ELSEWHERE.items():
@@ -256,17 +266,35 @@ def test_commands_that_run_alike_run_once():
 @pytest.mark.parametrize("doc, command", distinct_runs([(d, c) for d, c in documented_commands()
                                                         if run_elsewhere(c) is None]),
                          ids=lambda x: x if len(x) < 40 else x[:40])
-def test_documented_command_runs(doc, command, tmp_path):
+def test_documented_command_runs(doc, command, tmp_path, request, monkeypatch, capsys):
     args = small(command, tmp_path)
-    env = dict(os.environ)
+    if CONTRIBUTED in args:
+        args[args.index(CONTRIBUTED)] = request.getfixturevalue("contributed_folder")
     if "--executor slurm" in command:  # a stand-in cluster runs the jobs here (tests/fake_slurm.py)
         from . import fake_slurm
 
-        env |= {"PATH": f"{fake_slurm.install(tmp_path / 'bin')}:{env['PATH']}",
-                "FAKE_SLURM_DIR": str(tmp_path / "slurm")}
-    run = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        monkeypatch.setenv("PATH", f"{fake_slurm.install(tmp_path / 'bin')}:{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
+    status = run_module(args, monkeypatch)
     expected = EXPECTED_EXIT.get(args[2], lambda _: 0)(args)
-    assert run.returncode == expected, f"{doc}: `{command}` exited {run.returncode}:\n{run.stderr[-3000:]}"
+    assert status == expected, f"{doc}: `{command}` exited {status}:\n{capsys.readouterr().err[-3000:]}"
+
+
+def run_module(args: list[str], monkeypatch) -> int:
+    """``python -m MODULE ARG...`` (``args``) in this process, from the repository root (a new interpreter would
+    import torch again for every command): the module's ``main`` with the arguments, as its ``__main__`` block calls
+    it (checked: :func:`main_block`), and the exit status that block gives (None is 0)."""
+    assert args[:2] == [sys.executable, "-m"], args
+    module = args[2]
+    if importlib.util.find_spec(module).submodule_search_locations:  # a package: python -m runs its __main__
+        module += ".__main__"
+    assert main_block(Path(importlib.util.find_spec(module).origin).read_text()), f"{module} ends in no main() call"
+    monkeypatch.chdir(ROOT)
+    try:
+        status = importlib.import_module(module).main(args[3:])
+    except SystemExit as stop:  # argparse's refusal, or an entry point that exits itself
+        status = stop.code
+    return 0 if status is None else status
 
 
 @pytest.mark.parametrize("doc, code", library_examples(), ids=lambda x: x if len(x) < 20 else "example")
@@ -280,3 +308,19 @@ def test_library_example_runs(doc, code, capsys):
     accuracy, spent = (float(x) for x in printed[0])
     assert 0.5 < accuracy <= 1.0 and spent <= 4.0 + 1e-9
     assert printed[0] == printed[1]
+
+
+def main_block(source: str) -> bool:
+    """Whether a module ends with ``if __name__ == "__main__":`` and one statement that calls ``main()`` with no
+    argument (``main()``, ``sys.exit(main())`` or ``raise SystemExit(main())``): what ``python -m`` runs.
+
+    >>> main_block('def main(): pass\\nif __name__ == "__main__":\\n    raise SystemExit(main())\\n')
+    True
+    >>> main_block('def main(): pass\\nif __name__ == "__main__":\\n    main(["--all"])\\n')
+    False
+    """
+    last = ast.parse(source).body[-1]
+    if not (isinstance(last, ast.If) and ast.unparse(last.test) == "__name__ == '__main__'" and len(last.body) == 1):
+        return False
+    calls = [n for n in ast.walk(last.body[0]) if isinstance(n, ast.Call)]
+    return any(ast.unparse(c) == "main()" for c in calls) and len(calls) <= 2
