@@ -61,6 +61,10 @@ def test_the_parameter_check_follows_the_parameters_cell(path):
 COLAB_NOTEBOOK = ROOT / "notebooks" / "reproduce_psasc.ipynb"
 
 
+#: Where the stand-in Python finds dpbook and torch (the files an import of each would run; torch is not imported).
+FOUND_AT = "import importlib.util as u; print(u.find_spec('dpbook').origin); print(u.find_spec('torch').origin)"
+
+
 def _remote(where: Path) -> Path:
     """A bare clone of this repository standing in for GitHub, its branch at the working tree's tracked files (HEAD
     plus uncommitted changes, ``git stash create``), so that the clone runs the code the notebook comes from."""
@@ -133,7 +137,7 @@ def test_setup_cell_on_a_colab_stand_in(tmp_path):
     setup_output = "".join(line for output in setup["outputs"] for line in output.get("text", []))
     assert setup_output.startswith(("GPU:", "no GPU")), setup_output
     assert (root / ".git").is_dir() and (root / "notebooks" / COLAB_NOTEBOOK.name).is_file()
-    where = subprocess.run([str(python), "-c", "import dpbook, torch; print(dpbook.__file__); print(torch.__file__)"],
+    where = subprocess.run([str(python), "-c", FOUND_AT],
                            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ""},
                            cwd=tmp_path).stdout.split()
     assert where[0] == str(root / "dpbook" / "__init__.py"), "dpbook is not the clone's editable install"
