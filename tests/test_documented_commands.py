@@ -2,15 +2,16 @@
 runs it already.
 
 The commands are extracted from the files (fenced code blocks and inline code of ``README.md`` and ``book/*.md``):
-papermill calls, ``python -m`` entry points and the library example. Each runs from the repository root as typed
-(an entry point through its module's ``main``, in this process: :func:`run_module`), with only its sizes made small: the entry points get the size options of :data:`SMALL`; a notebook sweep gets the
-notebook's smoke parameters for the parameters the documentation does not set and for its training length
-(:data:`SIZES`), and runs with ``--plan`` (every grid point checked against the notebook and its chapter, every
-execution listed: the executions themselves are the notebook tests' and the sweep tests'). A documented command
-that another test runs at the same small sizes is not run twice: :data:`RUN_ELSEWHERE` names that test (papermill
-calls: the notebook's own test, and every documented value is checked against the notebook's parameters below).
-Two commands that become the same run at small sizes run once. A documented command of a kind this file does not
-know fails the test: add a rule, so that the documentation cannot drift from the code again.
+papermill calls, ``python -m`` entry points and the library example. Each runs from the repository root as typed (an
+entry point through its module's ``main``, in this process: :func:`run_module`), with only its sizes made small: the
+entry points get the size options of :data:`SMALL`; a notebook sweep gets the notebook's smoke parameters for the
+parameters the documentation does not set and for its training length (:data:`SIZES`), and runs with ``--plan``
+(every grid point checked against the notebook and its chapter, every execution listed: the executions themselves
+are the notebook tests' and the sweep tests'). A documented command that another test runs at the same small sizes
+is not run twice: :data:`RUN_ELSEWHERE` names that test (papermill calls: the notebook's own test, and every
+documented value is checked against the notebook's parameters below). Two commands that become the same run at small
+sizes run once. A documented command of a kind this file does not know fails the test: add a rule, so that the
+documentation cannot drift from the code again.
 """
 
 from __future__ import annotations

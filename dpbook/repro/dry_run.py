@@ -12,8 +12,8 @@ chapters (:meth:`Chapter.every_table <dpbook.repro.papers.chapter.Chapter.every_
    shapes, classes and N (:func:`dpbook.repro.experiment.shape_data`), which no result file is written from;
 3. ``steps`` training steps of it through :class:`dpbook.train.Trainer` (Poisson batches at the real q), after one
    warm-up step, once per distinct :func:`combination` (model, method, B, micro-batch, input; step 2 too: a cell
-   whose combination is measured only calibrates its first run's plan): their median time and the peak memory (CUDA: peak allocated; CPU: the process's peak resident memory, as :mod:`dpbook.repro.bench`
-   reads it).
+   whose combination is measured only calibrates its first run's plan): their median time and the peak memory
+   (CUDA: peak allocated; CPU: the process's peak resident memory, as :mod:`dpbook.repro.bench` reads it).
 
 A cell that cannot be built or stepped is recorded with why; a combination whose peak is above 15 GB (a Colab
 T4's memory) is flagged. The record, ``data/results/dry_run/analysis/<study>_<device>.json``, holds the device,

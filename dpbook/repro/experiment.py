@@ -35,9 +35,9 @@ True
 from __future__ import annotations
 
 __all__ = [
-    "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data", "shapes_size", "load_task_data", "build_task_model",
-    "make_optimizer", "resolve_device", "plan_of", "SPENT_TOLERANCE", "charged_epsilon", "check_spent", "Prepared",
-    "prepare", "run_experiment"
+    "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data", "shapes_size", "load_task_data",
+    "build_task_model", "make_optimizer", "resolve_device", "plan_of", "SPENT_TOLERANCE", "charged_epsilon",
+    "check_spent", "Prepared", "prepare", "run_experiment"
 ]
 
 import dataclasses
