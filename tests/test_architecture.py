@@ -12,6 +12,7 @@ Every import counts, at module level or inside a function: a deferred import is 
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dpbook"
@@ -113,6 +114,41 @@ def test_the_core_imports_no_loader_model_or_task():
 def test_the_core_never_imports_the_reproduction_layer():
     leaks = {name: sorted(filter(is_repro, deps)) for name, deps in GRAPH.items() if not is_repro(name)}
     assert {name: deps for name, deps in leaks.items() if deps} == {}
+
+
+#: What only the book knows about a method: names in code (not prose) that no core module may use. The book's cast
+#: (dpbook.repro.cast) holds each method's colour, its place in the book's lists and its benchmark grids.
+BOOK_FACTS = {"colour", "color", "position", "grids", "in_book_order", "DIGITS", "MNIST5K", "C_GRIDS", "CAST"}
+#: ... and the string constants that name a benchmark or a colour.
+BOOK_STRINGS = r"^(digits-benchmark|mnist5k|#[0-9a-fA-F]{6})$"
+
+
+def book_facts(source: str) -> list[str]:
+    """The book facts a module's code names: identifiers of :data:`BOOK_FACTS` (variables, attributes, arguments,
+    keywords) and strings matching :data:`BOOK_STRINGS`; docstrings and comments may speak of them.
+
+    >>> book_facts('x = Declaration(label="A", colour="#123456")\\nplt.plot(c=m.colour)')
+    ["keyword 'colour'", "string '#123456'", "name 'colour'"]
+    >>> book_facts("positions = [0]  # a colour at each position of a chapter")
+    []
+    """
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = {ast.Name: lambda n: [("name", n.id)], ast.Attribute: lambda n: [("name", n.attr)],
+                 ast.keyword: lambda n: [("keyword", n.arg)], ast.arg: lambda n: [("argument", n.arg)],
+                 ast.alias: lambda n: [("import", n.asname or n.name.split(".")[-1])]}
+        for kind, name in names.get(type(node), lambda n: [])(node):
+            if name in BOOK_FACTS:
+                found.append(f"{kind} {name!r}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.match(BOOK_STRINGS, node.value):
+            found.append(f"string {node.value!r}")
+    return found
+
+
+def test_no_core_module_names_a_benchmark_a_colour_or_a_book_position():
+    files = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+    found = {name: book_facts(path.read_text()) for name, path in files.items() if layer_of(name) == 0}
+    assert {name: facts for name, facts in found.items() if facts} == {}
 
 
 def test_the_layer_check_finds_an_upward_import():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 __all__ = ["SCENARIOS"]
 
-from dpbook.methods import METHODS, in_book_order
+from dpbook.methods import METHODS
 from dpbook.methods.scenario import Scenario
 
-SCENARIOS: dict[str, Scenario] = {name: METHODS[name].declaration.audit for name in in_book_order()}
-"""Method name -> its :class:`~dpbook.methods.scenario.Scenario`, in the book's order."""
+SCENARIOS: dict[str, Scenario] = {name: cls.declaration.audit for name, cls in METHODS.items()}
+"""Method name -> its :class:`~dpbook.methods.scenario.Scenario`, in the registry's order."""

@@ -1,8 +1,8 @@
 """Private-step methods: one module per algorithm, all behind :class:`dpbook.methods.base.Method`.
 
 Every module of this package is imported here, and importing a method module registers its methods
-(``@register("name")``), so adding a method is adding a module: its class declares everything else the book knows
-about it (:mod:`dpbook.methods.declaration`).
+(``@register("name")``), so adding a method is adding a module: its class declares what is intrinsic to it besides
+the algorithm (:mod:`dpbook.methods.declaration`).
 
     >>> from dpbook.methods import make_method, METHODS
     >>> "dpsgd" in METHODS
@@ -12,8 +12,7 @@ about it (:mod:`dpbook.methods.declaration`).
 """
 
 __all__ = [
-    "METHODS", "DPSGD", "Declaration", "GaussianNoise", "Method", "MicroBatch", "ScaledSum", "in_book_order",
-    "make_method", "register"
+    "METHODS", "DPSGD", "Declaration", "GaussianNoise", "Method", "MicroBatch", "ScaledSum", "make_method", "register"
 ]
 
 import importlib
@@ -21,7 +20,7 @@ import pkgutil
 
 from dpbook.methods.base import Method, MicroBatch, ScaledSum
 from dpbook.methods.declaration import Declaration
-from dpbook.methods.registry import METHODS, in_book_order, make_method, register
+from dpbook.methods.registry import METHODS, make_method, register
 from dpbook.noise import GaussianNoise
 
 for _module in pkgutil.iter_modules(__path__):

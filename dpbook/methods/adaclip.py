@@ -42,12 +42,11 @@ import torch
 
 from dpbook import accounting, checks
 from dpbook.methods.base import MicroBatch, Release, ScaledSum
-from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, clip_factors
-from dpbook.tuning import grid_product
 
 COUNT_SENSITIVITY = 0.5
 r"""One example moves the centred count :math:`\sum_i(\mathbf 1[\lVert g_i\rVert \le C] - 1/2)` by at most 1/2 (added or
@@ -101,15 +100,13 @@ class AdaClip(ScaledSum):
     """
 
     declaration = Declaration(
-        label="Andrew et al.", colour="#2ca02c", position=30,
+        label="Andrew et al.",
         audit=Scenario(dict(sigma=1.0, sigma_b=1.0), "C_t = 1 and a canary of norm exactly C_t: it is counted "
                        "unclipped (+1/2 on the centred count, the most one example moves it) and contributes C_t to "
                        "the sum; half the background is clipped, so the released fraction sits near 1/2, far from its "
                        "clamps",
                        canary_norm=lambda method: method.C),
-        run={"p": 0.5, "eta_C": 0.2},
-        grids={DIGITS: grid_product(p=(0.2, 0.4, 0.5, 0.6, 0.8, 0.9), eta_C=(0.1, 0.2, 0.3)),
-               MNIST5K: grid_product(p=(0.2, 0.5, 0.8), eta_C=(0.1, 0.2, 0.3))})
+        run={"p": 0.5, "eta_C": 0.2})
 
     def __init__(self, *, sigma: float, p: float = 0.5, eta_C: float = 0.2, C_0: float = 1.0,
                  sigma_b: float | None = None):

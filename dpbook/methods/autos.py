@@ -21,7 +21,7 @@ import torch
 
 from dpbook import checks, weights
 from dpbook.methods.base import ScaledSum
-from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
 
@@ -42,9 +42,9 @@ class AutoS(ScaledSum):
     """
 
     declaration = Declaration(
-        label="Auto-S/NSGD", colour="#8c564b", position=50,
+        label="Auto-S/NSGD",
         audit=Scenario(dict(sigma=1.0), "stateless; the canary's weight 1/(10^6 + gamma) gives it norm 1 - 1e-8"),
-        run={}, grids={DIGITS: [{}], MNIST5K: [{}]})
+        run={})
 
     def __init__(self, *, sigma: float, gamma: float = 0.01):
         super().__init__()

@@ -87,12 +87,11 @@ import torch
 from dpbook import accounting, checks
 from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_histogram, noisy_total
 from dpbook.methods.base import MicroBatch, Release, ScaledSum
-from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, clip_factors
-from dpbook.tuning import grid_product
 
 _logger = logging.getLogger(__name__)
 
@@ -439,11 +438,10 @@ class DCSGDP(DCSGD):
     """
 
     declaration = Declaration(
-        label="DC-SGD-P", colour="#d62728", position=10,
+        label="DC-SGD-P",
         audit=Scenario(dict(sigma=1.0, p=0.5), "C_0 = 1, R_0 = 1: the canary lands in the overflow bin, whose count is "
                        "released with the gradient"),
-        run={"p": 0.5},
-        grids={DIGITS: grid_product(p=(0.2, 0.4, 0.6, 0.8)), MNIST5K: grid_product(p=(0.4, 0.8))})
+        run={"p": 0.5})
 
     def __init__(self, *, sigma: float, p: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
                  R_0: float | None = None, min_threshold: float = 1e-8):
@@ -477,9 +475,9 @@ class DCSGDE(DCSGD):
     """
 
     declaration = Declaration(
-        label="DC-SGD-E", colour="#ff7f0e", position=20,
+        label="DC-SGD-E",
         audit=Scenario(dict(sigma=1.0), "C_0 = 1, R_0 = b = 20: the canary lands in the overflow bin"),
-        run={}, grids={DIGITS: [{}], MNIST5K: [{}]})
+        run={})
 
     def __init__(self, *, sigma: float, sigma_H: float = 5.0, b: int = 20, C_0: float = 1.0,
                  R_0: float | None = None, max_repeats: int = 20, min_threshold: float = 1e-8):

@@ -64,13 +64,12 @@ import torch
 from dpbook import checks
 from dpbook.accounting import calibrate
 from dpbook.methods.base import Method, MicroBatch, Release
-from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.dpdr import rounding_slack
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario, zeros
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, clip_factors
-from dpbook.tuning import grid_product
 
 
 class _DifferenceMethod(Method):
@@ -207,12 +206,10 @@ class DIFF(_DifferenceMethod):
     """
 
     declaration = Declaration(
-        label="DIFF", colour="#aec7e8", position=110,
+        label="DIFF",
         audit=Scenario(dict(C_d=1.0, sigma=1.0), "step 2 with a previous release orthogonal to u: the canary's "
                        "difference has norm about 10^6", prepare=_prepare_diff),
-        run={"C_d": 0.5, "C_g": 1.0},
-        grids={DIGITS: grid_product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,)),
-               MNIST5K: grid_product(C_d=C_GRIDS[MNIST5K], C_g=(1.0,))})
+        run={"C_d": 0.5, "C_g": 1.0})
 
     def __init__(self, *, C_d: float, sigma: float, C_g: float | None = None):
         super().__init__(C_d=C_d, sigma=sigma, C_g=C_g)
@@ -303,15 +300,10 @@ class DIFF2(_DifferenceMethod):
     """
 
     declaration = Declaration(
-        label="DIFF2", colour="#98df8a", position=120,
+        label="DIFF2",
         audit=Scenario(dict(C_d=1.0, sigma=1.0), "step 2 (a difference step): the canary's gradient at the previous "
                        "iterate is 0, so its difference is its gradient", prepare=_prepare_diff2),
-        run={"C_d": 0.5, "C_g": 1.0, "restart_every": 2, "restart_noise_ratio": 0.5},
-        # the restart period and the restart-to-difference noise ratio are left open by the papers [DPDR-25]: tuned
-        grids={DIGITS: grid_product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,), restart_every=(5, 50),
-                                    restart_noise_ratio=(1.0, 0.5)),
-               MNIST5K: grid_product(C_d=C_GRIDS[MNIST5K], C_g=(1.0,), restart_every=(5, 50),
-                                     restart_noise_ratio=(1.0,))})
+        run={"C_d": 0.5, "C_g": 1.0, "restart_every": 2, "restart_noise_ratio": 0.5})
 
     @classmethod
     def from_plan(cls, plan, *, restart_noise_ratio: float = 1.0, **hyperparameters) -> "DIFF2":

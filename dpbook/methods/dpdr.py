@@ -60,7 +60,7 @@ import torch
 from dpbook import checks
 from dpbook.accounting import calibrate, epsilon_of_history, sigma_eff
 from dpbook.methods.base import Method, MicroBatch, Release
-from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, dirac, zeros
 from dpbook.noise import GaussianNoise
@@ -225,15 +225,12 @@ class DPDR(Method):
     per_sample_vectors: ClassVar[bool] = False  # inner products with b, layer norms and a re-weighted sum
 
     declaration = Declaration(
-        label="DPDR", colour="#7f7f7f", position=100,
+        label="DPDR",
         audit=Scenario(dict(C_perp=1.0, C_alpha=1.0, sigma_perp=1.5, sigma_alpha=1.5, C_g=1.0, sigma_g=1.0, s=50),
                        "step 2 (the first GDR step) with the base b = (e_1, e_0) orthogonal to u; the canary u + b "
                        "has a huge orthogonal part and huge parallel coefficients, so both of its clips saturate",
                        prepare=_prepare_audit, canary_direction=_audit_canary),
-        run={"C_perp": 1.0, "C_alpha": 0.3, "C_g": 1.0, "s": 3},
-        # the DP-SGD phase clips at the same bound as the orthogonal parts (C_g = C_perp)
-        grids={DIGITS: [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in (0.5, 1.0) for s in (5, 22)],
-               MNIST5K: [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in C_GRIDS[MNIST5K] for s in (4, 16)]})
+        run={"C_perp": 1.0, "C_alpha": 0.3, "C_g": 1.0, "s": 3})
 
     @classmethod
     def from_plan(cls, plan, *, sigma_alpha_ratio: float = 3.0, **hyperparameters) -> "DPDR":

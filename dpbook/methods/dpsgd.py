@@ -17,11 +17,10 @@ import torch
 
 from dpbook import checks
 from dpbook.methods.base import ScaledSum
-from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
 from dpbook.per_sample import clip_factors
-from dpbook.tuning import grid_product
 
 
 @register("dpsgd")
@@ -40,10 +39,9 @@ class DPSGD(ScaledSum):
     """
 
     declaration = Declaration(
-        label="DP-SGD", colour="#1f77b4", position=0,
+        label="DP-SGD",
         audit=Scenario(dict(C=1.0, sigma=1.0), "stateless"),
-        run={"C": 1.0},
-        grids={study: grid_product(C=C_GRIDS[study]) for study in (DIGITS, MNIST5K)})
+        run={"C": 1.0})
 
     def __init__(self, *, C: float, sigma: float):
         super().__init__()

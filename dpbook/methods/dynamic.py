@@ -26,11 +26,10 @@ from __future__ import annotations
 __all__ = ["dynamic_threshold", "DynamicClipping"]
 
 from dpbook import checks
-from dpbook.methods.declaration import C_GRIDS, DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.dpsgd import DPSGD
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario, at_step
-from dpbook.tuning import grid_product
 
 
 def dynamic_threshold(t: int, *, C_0: float, rho_C: float, T: int) -> float:
@@ -68,12 +67,10 @@ class DynamicClipping(DPSGD):
     """
 
     declaration = Declaration(
-        label="Du et al.", colour="#9467bd", position=40,
+        label="Du et al.",
         audit=Scenario(dict(sigma=1.0, C_0=1.0, rho_C=0.5, T=10), "step t = 5 of T = 10, C_t = 0.71 (the schedule is "
                        "public; the noise scales with C_t, so every t is alike)", prepare=at_step(5)),
-        run={"C_0": 1.0, "rho_C": 0.5},
-        grids={study: grid_product(C_0=C_GRIDS[study], rho_C=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9))
-               for study in (DIGITS, MNIST5K)})
+        run={"C_0": 1.0, "rho_C": 0.5})
 
     @classmethod
     def from_plan(cls, plan, **hyperparameters) -> "DynamicClipping":

@@ -36,7 +36,7 @@ Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``)
 
 from __future__ import annotations
 
-__all__ = ["PSAC", "PSASC", "PSASCMomentum", "MOMENTUM_AXES"]
+__all__ = ["PSAC", "PSASC", "PSASCMomentum"]
 
 from typing import ClassVar, Sequence
 
@@ -44,12 +44,11 @@ import torch
 
 from dpbook import checks, weights
 from dpbook.methods.base import MicroBatch, ScaledSum, restored
-from dpbook.methods.declaration import DIGITS, MNIST5K, Declaration
+from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import DTYPE, SHAPES, Scenario, zeros
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads
-from dpbook.tuning import grid_product
 
 
 @register("psac")
@@ -71,10 +70,9 @@ class PSAC(ScaledSum):
     """
 
     declaration = Declaration(
-        label="DP-PSAC", colour="#e377c2", position=60,
+        label="DP-PSAC",
         audit=Scenario(dict(C=1.0, r=1e-3, sigma=1.0), "stateless; the weight's sup C is approached at infinity"),
-        run={"C": 1.0, "r": 0.01},
-        grids={DIGITS: grid_product(C=(1.0,), r=(1e-3, 1e-2, 1e-1)), MNIST5K: grid_product(C=(1.0,), r=(1e-3, 1e-1))})
+        run={"C": 1.0, "r": 0.01})
 
     def __init__(self, *, C: float, r: float, sigma: float, r_num: float | None = None):
         super().__init__()
@@ -110,11 +108,9 @@ class PSASC(PSAC):
     """
 
     declaration = Declaration(
-        label="DP-PSASC", colour="#bcbd22", position=70,
+        label="DP-PSASC",
         audit=Scenario(dict(C=1.0, r=1e-3, s=0.5, sigma=1.0), "stateless; the weight's sup C/s at infinity"),
-        run={"C": 1.0, "r": 0.01, "s": 0.5},
-        grids={DIGITS: grid_product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8)),
-               MNIST5K: grid_product(C=(1.0,), r=(1e-2,), s=(0.55, 0.9))})
+        run={"C": 1.0, "r": 0.01, "s": 0.5})
 
     def __init__(self, *, C: float, r: float, s: float, sigma: float):
         super().__init__(C=C, r=r, sigma=sigma)
@@ -134,13 +130,6 @@ def _prepare_momentum(method: "PSASCMomentum", grads: Grads) -> None:
     """The audited state: two steps in, K0 = 2 stored iterates and an outer momentum M, all public (released)."""
     M = [0.1 * torch.ones(shape, dtype=DTYPE) for shape in SHAPES]
     method.load_state_dict({**method.state_dict(), "t": 2, "M": M, "history": [zeros(), zeros()]})
-
-
-#: The momentum constants DP-PSASC* is tuned over [PSASC-15]: the paper calls them "the proper momentum parameters"
-#: and never gives them, so the grid is stated. gamma1 = 1 is no outer momentum, 0.3 the order T^(-1/4) of
-#: Theorem 3's gamma at the benchmarks' T of 80 to 110 steps; gamma0 = 0.5 and 0.9 a short and a long inner memory.
-#: K0 = 2 throughout: a step costs K0 + 1 per-sample gradient passes.
-MOMENTUM_AXES = {"gamma0": (0.5, 0.9), "gamma1": (0.3, 1.0)}
 
 
 @register("psasc-momentum")
@@ -199,15 +188,12 @@ class PSASCMomentum(PSASC):
     """
 
     declaration = Declaration(
-        label="DP-PSASC*", colour="#17becf", position=80,
+        label="DP-PSASC*",
         audit=Scenario(dict(C=1.0, r=1e-3, s=0.5, sigma=1.0, K0=2, gamma0=0.5, gamma1=0.5),
                        "step 2 with K0 = 2 stored iterates and a non-zero outer momentum; the canary's gradient at the "
                        "stored iterates is 0, so its inner momentum is its gradient, norm 10^6",
                        prepare=_prepare_momentum),
-        run={"C": 1.0, "r": 0.01, "s": 0.5, "K0": 1, "gamma0": 0.5, "gamma1": 0.5},
-        grids={DIGITS: grid_product(C=(1.0,), r=(1e-2,), s=(0.3, 0.55, 0.8), K0=(2,), **MOMENTUM_AXES),
-               MNIST5K: grid_product(C=(1.0,), r=(1e-2,), s=(0.55, 0.9), K0=(2,), gamma0=(0.5,),
-                                     gamma1=MOMENTUM_AXES["gamma1"])})
+        run={"C": 1.0, "r": 0.01, "s": 0.5, "K0": 1, "gamma0": 0.5, "gamma1": 0.5})
 
     #: the inner momentum is a combination of passes at the stored iterates: Book-Keeping's norms and sums suffice
     per_sample_vectors: ClassVar[bool] = False

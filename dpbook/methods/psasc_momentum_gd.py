@@ -141,7 +141,7 @@ class PSASCMomentumGD(PSASC):
     """
 
     declaration = Declaration(
-        label="DP-PSASC* (full batch)", colour="#0e7c86", position=90,
+        label="DP-PSASC* (full batch)",
         audit=Scenario(dict(C=1.0, r=1e-3, s=0.5, sigma=1.0, gamma=0.5),
                        "full batch (q = 1), step 1: each example's EMA holds its gradient of step 0, the canary's "
                        "included; the training-set size N is treated as public (the engine divides the sum by it; the "

@@ -1,10 +1,10 @@
 """Names -> method classes. A method module registers itself with ``@register("name")``, and its class carries its
-:class:`~dpbook.methods.declaration.Declaration` (label, colour, audit scenario, grids, ...)."""
+:class:`~dpbook.methods.declaration.Declaration` (label, audit scenario, a short run's hyperparameters)."""
 
 from __future__ import annotations
 
 __all__ = [
-    "METHODS", "register", "in_book_order", "make_method", "check_hyperparameter_names", "hyperparameter_names"
+    "METHODS", "register", "make_method", "check_hyperparameter_names", "hyperparameter_names"
 ]
 
 import inspect
@@ -24,26 +24,13 @@ def register(name: str):
         declaration = cls.__dict__.get("declaration")
         if not isinstance(declaration, Declaration):
             raise TypeError(f"method {name!r} ({cls.__name__}) has no declaration of its own: set `declaration = "
-                            f"Declaration(label=..., colour=..., position=..., audit=..., run=...)` in its class body "
+                            f"Declaration(label=..., audit=..., run=...)` in its class body "
                             f"(dpbook.methods.declaration says what each field is for)")
-        taken = {other.declaration.position: other.name for other in METHODS.values()}
-        if (position := declaration.position) in taken:
-            raise ValueError(f"method {name!r} declares position {position}, which {taken[position]!r} already has: "
-                             f"pick a free one")
         cls.name = name
         METHODS[name] = cls
         return cls
 
     return add
-
-
-def in_book_order() -> list[str]:
-    """The registered methods' names in the order the book lists them (their declared ``position``).
-
-    >>> in_book_order()[:3]
-    ['dpsgd', 'dcsgd-p', 'dcsgd-e']
-    """
-    return sorted(METHODS, key=lambda name: METHODS[name].declaration.position)
 
 
 def make_method(name: str, **hyperparameters):

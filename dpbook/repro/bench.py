@@ -50,10 +50,11 @@ from torch import nn
 
 from dpbook import cli, models
 from dpbook.io import atomic_write_json, resumable
-from dpbook.methods import METHODS, in_book_order, make_method
+from dpbook.methods import METHODS, make_method
 from dpbook.noise import GaussianNoise
 from dpbook.optim import DPOptimizer
 from dpbook.per_sample import BookKeeping, clip_factors
+from dpbook.repro.cast import in_book_order
 from dpbook.tasks import TASKS
 
 loss_fn = nn.functional.cross_entropy

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from dpbook import checks, cli
-from dpbook.methods import METHODS, in_book_order
 from dpbook.optim import PER_SAMPLE_ENGINES
-from dpbook.repro import reproduce, results
+from dpbook.repro import cast, reproduce, results
 from dpbook.repro.experiment import Experiment, load_task_data
 from dpbook.repro.params import check_known
 from dpbook.repro.sources import Source, sources_table
@@ -39,16 +38,14 @@ CHARGED = {"rdp": "o", "lt": "s", "ps": "^"}
 
 
 def declared_grids(study: str) -> dict[str, list[dict]]:
-    """Every method's grid in the benchmark ``study``, as its module declares it (``declaration.grids``), in the
-    book's order; a method that declares none for ``study`` is not in the benchmark.
+    """Every method's grid in the benchmark ``study``, as the book's cast gives it (:data:`dpbook.repro.cast.CAST`),
+    in the book's order; a method with no grid for ``study`` is not in the benchmark.
 
-    >>> from dpbook.methods.declaration import DIGITS
-    >>> grids = declared_grids(DIGITS)
+    >>> grids = declared_grids(cast.DIGITS)
     >>> list(grids)[:3], grids["dpsgd"][:2]
     (['dpsgd', 'dcsgd-p', 'dcsgd-e'], [{'C': 0.1}, {'C': 0.5}])
     """
-    grids = {name: METHODS[name].declaration.grids.get(study) for name in in_book_order()}
-    return {name: grid for name, grid in grids.items() if grid is not None}
+    return {name: role.grids[study] for name, role in cast.CAST.items() if study in role.grids}
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 __all__ = ["STUDY", "SETTING", "EPSILONS", "GRIDS", "SOURCES", "BENCHMARK", "METHODS", "PROTOCOLS", "SEEDS"]
 
-from dpbook.methods.declaration import DIGITS
 from dpbook.repro.benchmark import Benchmark, declared_grids
+from dpbook.repro.cast import DIGITS
 from dpbook.repro.papers.dcsgd import GRID_SIZES
 from dpbook.repro.sources import Source
 
@@ -40,7 +40,7 @@ SETTING = dict(dataset="digits", model="digits_mlp", epochs=10, batch_size=128, 
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
 
 GRIDS: dict[str, list[dict]] = declared_grids(STUDY)
-"""Each method's grid, as its module declares it: a list of hyperparameter dicts (fixed values in every point)."""
+"""Each method's grid, as the book's cast gives it (:mod:`dpbook.repro.cast`): a list of hyperparameter dicts."""
 
 SOURCES = {
     "dataset": Source(reading="DCSGD-47"),

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 __all__ = ["STUDY", "SETTING", "EPSILONS", "GRIDS", "SOURCES", "BENCHMARK", "METHODS"]
 
-from dpbook.methods.declaration import MNIST5K
 from dpbook.repro.benchmark import Benchmark, declared_grids
+from dpbook.repro.cast import MNIST5K
 from dpbook.repro.papers.dcsgd import GRID_SIZES
 from dpbook.repro.sources import Source
 
@@ -52,7 +52,7 @@ SETTING = dict(dataset="mnist5k", model="mnist_cnn", epochs=5, batch_size=256, o
 EPSILONS = (1.0, 2.0, 3.0, 8.0)
 
 GRIDS: dict[str, list[dict]] = declared_grids(STUDY)
-"""Each method's grid, as its module declares it: a list of hyperparameter dicts (fixed values in every point)."""
+"""Each method's grid, as the book's cast gives it (:mod:`dpbook.repro.cast`): a list of hyperparameter dicts."""
 
 SOURCES = {
     "dataset": Source(reading="DCSGD-48"),

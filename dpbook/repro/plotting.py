@@ -12,14 +12,15 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from dpbook.methods import METHODS, in_book_order
+from dpbook.methods import METHODS
+from dpbook.repro.cast import CAST, in_book_order
 
 NONPRIVATE_COLOUR = "#000000"
-"""The colour of non-private training (each method's colour is declared with it: ``declaration.colour``)."""
+"""The colour of non-private training (each method's colour is its row of the book's cast, :mod:`dpbook.repro.cast`)."""
 
 
 def method_colour(name: str) -> str:
-    """The book's colour for a registered method (its declared ``colour``) or for ``"nonprivate"``; a KeyError
+    """The book's colour for a method of its cast (:data:`dpbook.repro.cast.CAST`) or for ``"nonprivate"``; a KeyError
     names the known ones.
 
     >>> method_colour("dpsgd"), method_colour("nonprivate")
@@ -28,9 +29,10 @@ def method_colour(name: str) -> str:
     if name == "nonprivate":
         return NONPRIVATE_COLOUR
     try:
-        return METHODS[name].declaration.colour
+        return CAST[name].colour
     except KeyError:
-        raise KeyError(f"no colour for method {name!r}; known: {['nonprivate', *in_book_order()]}") from None
+        raise KeyError(f"no colour for method {name!r}; known: {['nonprivate', *in_book_order()]} (a method the book "
+                       f"shows has its row in dpbook.repro.cast.CAST)") from None
 
 
 def method_label(name: str) -> str:
@@ -45,7 +47,7 @@ def method_label(name: str) -> str:
     try:
         return METHODS[name].declaration.label
     except KeyError:
-        raise KeyError(f"no label for method {name!r}; known: {['nonprivate', *in_book_order()]}") from None
+        raise KeyError(f"no label for method {name!r}; known: {['nonprivate', *METHODS]}") from None
 
 
 def axes(title: str, xlabel: str, ylabel: str, *, ax=None, figsize=(6, 4)):

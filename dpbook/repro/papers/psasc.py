@@ -30,9 +30,9 @@ import torch
 
 from dpbook import checks, cli
 from dpbook.methods import METHODS
-from dpbook.methods.psac import MOMENTUM_AXES
 from dpbook.methods.registry import hyperparameter_names
 from dpbook.repro import reproduce, results
+from dpbook.repro.cast import MOMENTUM_AXES
 from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
 from dpbook.repro.papers.chapter import Chapter, method_labels
