@@ -14,7 +14,7 @@ The papers' claims are one register, :data:`dpbook.repro.claims.CLAIMS`, which b
 from __future__ import annotations
 
 __all__ = [
-    "Cells", "WORDS", "cells", "status_line", "values", "accuracy_table", "unreachable",
+    "Cells", "WORDS", "cells", "status_line", "check_complete", "values", "accuracy_table", "unreachable",
     "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge", "claims_markdown",
     "versus_baseline",
     "against", "identical_counts", "identical_table", "histogram_noise_table",
@@ -48,6 +48,39 @@ def status_line(the_cells: Cells) -> str:
     """``"cells: ok 9, partial 0, not run yet 0, unreachable 3"``."""
     return "cells: " + ", ".join(f"{s} {sum(c['status'] == s for c in the_cells.values())}"
                                  for s in ("ok", "partial", "not run yet", "unreachable"))
+
+
+def check_complete(benchmark: Benchmark, the_cells: Cells, *, seeds: int, epochs: int, command: str) -> None:
+    """The committed results are the benchmark's sweep run to the end (``command``): on its whole grid, at its own
+    seeds and epochs, every cell is complete or unreachable for one of the two reasons a budget can be unreachable
+    here, Andrew et al.'s fixed sigma_b = B/20 (``sigma_b``) and DPDR's GDR steps alone; LT's per-run budget at
+    epsilon = 1 is reachable (the RDP orders grow past 63). A ValueError names the other cells. Cells of a smaller
+    selection, or at other seeds or epochs, are a reader's subset: nothing is checked.
+
+    >>> from dpbook.repro.digits_benchmark import BENCHMARK as b
+    >>> whole = {(m, e, p): {"status": "ok", "values": [0.5] * 5, "sigma": 1.0}
+    ...          for m in b.methods for e in b.epsilons for p in PROTOCOLS}
+    >>> check_complete(b, whole, seeds=5, epochs=10, command="python -m dpbook.repro.sweep digits")
+    >>> check_complete(b, whole | {("dpsgd", 1.0, "lt"): {"status": "partial"}}, seeds=5, epochs=10,
+    ...                command="python -m dpbook.repro.sweep digits")
+    Traceback (most recent call last):
+    ...
+    ValueError: rerun `python -m dpbook.repro.sweep digits`: DP-SGD eps=1 lt is partial
+    """
+    whole = {(m, e, p) for m in benchmark.methods for e in benchmark.epsilons for p in PROTOCOLS}
+    if set(the_cells) != whole or seeds != benchmark.seeds or epochs != benchmark.setting["epochs"]:
+        return
+    wrong = []
+    for (m, e, p), c in the_cells.items():
+        where = f"{method_label(m)} eps={e:g} {p}"
+        if c["status"] == "ok" and not (all(0.0 <= v <= 1.0 for v in c["values"]) and c["sigma"] > 0):
+            wrong.append(f"{where} holds accuracies outside [0, 1] or no sigma")
+        elif c["status"] == "unreachable" and not (("sigma_b" in c["reason"] and m == "adaclip") or m == "dpdr"):
+            wrong.append(f"{where} is unreachable: {c['reason']}")
+        elif c["status"] not in ("ok", "unreachable"):
+            wrong.append(f"{where} is {c['status']}")
+    if wrong:
+        raise ValueError(f"rerun `{command}`: " + "; ".join(wrong))
 
 
 def values(the_cells: Cells, method: str, epsilon: float, protocol: str) -> list[float] | None:
