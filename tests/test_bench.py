@@ -151,12 +151,12 @@ def test_the_bench_times_every_minibatch_method():
 
 
 RECORD = Path(__file__).resolve().parents[1] / "data" / "results" / "bench" / "analysis" / "cpu.json"
-README = RECORD.parents[4] / "README.md"
+COSTS_PAGE = RECORD.parents[4] / "book" / "costs.md"
 
 
-def test_the_readme_tables_are_the_recorded_benchmark():
+def test_the_cost_pages_tables_are_the_recorded_benchmark():
     record = json.loads(RECORD.read_text())
-    block = README.read_text().split("<!-- bench:start -->")[1].split("<!-- bench:end -->")[0]
+    block = COSTS_PAGE.read_text().split("<!-- bench:start -->")[1].split("<!-- bench:end -->")[0]
     assert block.strip() == bench.tables(record), "rerun: python -m dpbook.repro.bench --table " + str(RECORD)
 
 

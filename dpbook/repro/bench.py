@@ -19,7 +19,8 @@ layer, pooler and classifier on 128 tokens, :class:`dpbook.models.BertHead`). In
 step does not depend on the values.
 
 ``--output FILE`` records everything as JSON (a rerun resumes: finished cells are kept), ``--table FILE`` prints
-the markdown tables of a record: the README's and the book's tables are rendered from the recorded file.
+the markdown tables of a record: the book's tables (its chapter and the page What it costs) are rendered from the
+recorded file.
 """
 
 from __future__ import annotations
