@@ -44,3 +44,12 @@ def test_the_chapters_times_that_make_book_wrote_are_recorded_with_their_dates(t
     times.write_text(json.dumps({"audit": {"seconds": 19.0, "executed": "2026-11-29T02:34:05+00:00"}}))
     assert costs.chapters(times, tmp_path / "costs.json") == {"audit": {"seconds": 19.0, "measured": "2026-11-29"}}
     assert "| `audit` | 19 s | 2026-11-29 |" in costs.table(costs.read(tmp_path / "costs.json"))
+
+
+def test_the_command_line_takes_the_command_after_a_double_dash(tmp_path, capsys):
+    path = tmp_path / "costs.json"
+    costs.main(["--record-file", str(path), "record", "a run", "--where", "here", "--", sys.executable, "-c", "pass"])
+    assert json.loads(path.read_text())["commands"]["a run"]["command"] == f"{sys.executable} -c pass"
+    with pytest.raises(SystemExit):
+        costs.main(["--record-file", str(path), "record", "nothing", "--where", "here"])
+    assert "give the command after --" in capsys.readouterr().err

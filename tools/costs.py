@@ -135,12 +135,13 @@ def main(argv=None) -> None:
     run.add_argument("--where", required=True, help="where it ran, e.g. 'fresh clone, nothing else running'")
     run.add_argument("--detail", default="", help="what it did, e.g. '3,282 tests'")
     run.add_argument("--cwd", type=Path, default=ROOT, help="the folder to run it in (default: this repository)")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
+    run.epilog = "then -- and the command (everything after -- is the command)"
     times = commands.add_parser("chapters", help="record the chapters' execution times that make book wrote")
     times.add_argument("times", type=Path, help="_build/chapter_times.json")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.action == "record":
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:
             parser.error("give the command after --")
         print(json.dumps(record(args.name, command, where=args.where, detail=args.detail, cwd=args.cwd,
