@@ -9,7 +9,7 @@
 ``record`` runs the command, and when it succeeds records its wall time, the CPU time of the command and its
 children, the date (UTC), the commit, the machine's cores and where it ran, under its name (a later measurement
 replaces it). ``chapters`` records the execution times ``make book`` wrote, each with its date. Entries measured
-before this tool existed say how they were measured (``how``). The record is ``data/results/costs/costs.json``;
+before this tool existed say how they were measured (``how``). The record is ``data/results/costs/analysis/costs.json``;
 ``tests/test_costs.py`` checks that the page shows what the record holds.
 """
 
@@ -31,13 +31,18 @@ sys.path.insert(0, str(ROOT))
 from dpbook.io import atomic_write_json  # noqa: E402
 from dpbook.repro.results import markdown_table  # noqa: E402
 
-RECORD = ROOT / "data" / "results" / "costs" / "costs.json"
+RECORD = ROOT / "data" / "results" / "costs" / "analysis" / "costs.json"
 PAGE = ROOT / "book" / "costs.md"
 MARKERS = ("<!-- costs:start -->", "<!-- costs:end -->")
 
 
+#: An analysis record's parameters (what data/results/ requires of a record that is not a run's result).
+PARAMETERS = {"written_by": "tools/costs.py", "holds": "the costs of the book's commands and chapters"}
+
+
 def read(path: Path = RECORD) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {"commands": {}, "chapters": {}}
+    return json.loads(path.read_text()) if path.exists() else {"parameters": PARAMETERS, "commands": {},
+                                                                "chapters": {}}
 
 
 def _commit(where: Path) -> str:
