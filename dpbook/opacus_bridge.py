@@ -31,13 +31,14 @@ from __future__ import annotations
 
 __all__ = ["MethodOptimizer", "with_method"]
 
+import torch
 from opacus.optimizers import DPOptimizer as OpacusOptimizer
 from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed  # as Opacus's own step (1.5.3 on)
 
 from dpbook.methods.base import Method, MicroBatch
 from dpbook.noise import GaussianNoise
 from dpbook.optim import check_fresh, release
-from dpbook.per_sample import check_finite, flat_norms
+from dpbook.per_sample import FormedView, check_finite, flat_norms
 
 
 class MethodOptimizer(OpacusOptimizer):
@@ -51,7 +52,7 @@ class MethodOptimizer(OpacusOptimizer):
             raise ValueError("with_method draws the method's noise from dpbook's seeded generator, not Opacus's "
                              "secure_mode; make the engine with secure_mode=False")
         check_fresh(method)
-        if method.full_batch:
+        if method.per_example_state:
             raise ValueError(f"{method.name!r} runs on the full batch with each example's index, which an Opacus "
                              "batch does not carry: use dpbook.optim.DPOptimizer (see dpbook.opacus_bridge)")
         self.method = method
@@ -70,7 +71,8 @@ class MethodOptimizer(OpacusOptimizer):
         check_finite(grads, norms, [f"parameter {i} {tuple(p.shape)}" for i, p in enumerate(self.params)])
         if self._acc is None:  # several backward passes before one step (Opacus's virtual steps) add up
             self._acc = self.method.start(self.params)
-        self.method.accumulate(self._acc, MicroBatch(None, None, grads, norms, _other_iterates, None))
+        positions = torch.arange(len(norms))  # an Opacus batch carries no training-set indices (no per-example state)
+        self.method.accumulate(self._acc, MicroBatch(FormedView(grads, norms, _other_iterates), positions))
         for p in self.params:
             _mark_as_processed(p.grad_sample)
 

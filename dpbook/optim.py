@@ -26,8 +26,6 @@ from __future__ import annotations
 
 __all__ = ["PER_SAMPLE_ENGINES", "released_diagnostics", "check_fresh", "release", "DPOptimizer"]
 
-import functools
-import warnings
 from typing import Callable
 
 import torch
@@ -37,21 +35,8 @@ from dpbook import checks
 from dpbook.accounting import PrivacyLedger
 from dpbook.methods.base import Method, MicroBatch, is_nonprivate
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import (
-    BookKeeping,
-    NonFiniteGradientError,
-    PerSampleGradients,
-    Unsupported,
-    check_finite,
-    check_no_batchnorm,
-    flat_norms,
-)
+from dpbook.per_sample import PER_SAMPLE_ENGINES, NonFiniteGradientError, PerSampleView, check_no_batchnorm, engine_for
 from dpbook.sampling import micro_batches
-
-PER_SAMPLE_ENGINES = ("auto", "book-keeping", "vmap")
-"""``DPOptimizer(per_sample=...)``: ``"book-keeping"`` forms per-sample norms and re-weighted sums from the layers'
-stored tensors (:mod:`dpbook.per_sample.book_keeping`), ``"vmap"`` the per-sample gradients themselves
-(:mod:`dpbook.per_sample.vmap`), ``"auto"`` the first whenever the method needs no per-sample vectors."""
 
 
 def released_diagnostics(method: Method) -> dict[str, float]:
@@ -123,9 +108,10 @@ class DPOptimizer:
         self.B = checks.positive("expected_batch_size B", expected_batch_size)
         self.micro_batch_size = None if micro_batch_size is None else checks.integer(
             "micro_batch_size", micro_batch_size)
-        self.per_sample = PerSampleGradients(model, loss_fn)
-        self.params = self.per_sample.params
-        self.book_keeping = self._book_keeping(per_sample, method, model, loss_fn)
+        # The per-sample engine, chosen once (dpbook.per_sample.engines); Book-Keeping hands over to vmap if it must
+        self.engine = engine_for(per_sample, model, loss_fn, method=method.name,
+                                 per_sample_vectors=method.per_sample_vectors)
+        self.params = [p for p in model.parameters() if p.requires_grad]
         self._check_optimizer_covers_params()
         device = self.params[0].device
         self.noise = GaussianNoise(noise_seed, device=device)
@@ -135,19 +121,9 @@ class DPOptimizer:
         check_fresh(method)
         method.bind(self.params, expected_batch_size=self.B)
 
-    @staticmethod
-    def _book_keeping(per_sample: str, method: Method, model, loss_fn) -> BookKeeping | None:
-        checks.one_of("per-sample engine", per_sample, PER_SAMPLE_ENGINES)
-        if per_sample == "book-keeping" and method.per_sample_vectors:
-            raise ValueError(f"{method.name!r} reads the per-sample gradient vectors (per_sample_vectors = True), "
-                             "which Book-Keeping never forms; use per_sample='vmap' or 'auto'")
-        if per_sample == "vmap" or method.per_sample_vectors:
-            return None
-        return BookKeeping(model, loss_fn)
-
     def _check_optimizer_covers_params(self) -> None:
         in_optimizer = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
-        missing = [n for n, p in zip(self.per_sample.names, self.params) if id(p) not in in_optimizer]
+        missing = [n for n, p in self.model.named_parameters() if p.requires_grad and id(p) not in in_optimizer]
         if missing:
             raise ValueError(
                 f"the optimizer does not hold the trainable parameter(s) {missing[:5]}; build it from "
@@ -160,13 +136,18 @@ class DPOptimizer:
         Returns the step's info: the noise multiplier recorded and the method's (released) diagnostics.
         """
         # index (optional): the examples' indices in the training set, shape (len(x),), handed to the method with
-        # each micro-batch (MicroBatch.index) for methods that keep per-example state across steps.
-        if index is not None and len(index) != len(x):
+        # each micro-batch (MicroBatch.index); methods that keep per-example state across steps need them.
+        if index is None:
+            if self.method.per_example_state:
+                raise ValueError(f"{self.method.name!r} keeps a state per example: pass each example's index in the "
+                                 "training set, DPOptimizer.step(x, y, index=...) (Trainer does)")
+            index = torch.arange(len(x))  # their positions in the batch: no method reads them
+        if len(index) != len(x):
             raise ValueError(f"index holds {len(index)} indices for a batch of {len(x)} examples")
         method = self.method
         acc = method.start(self.params)
         for sl in micro_batches(len(x), self.micro_batch_size):
-            self._accumulate(acc, x[sl], y[sl], None if index is None else index[sl])
+            self._accumulate(acc, x[sl], y[sl], index[sl])
         noisy_sum, info = release(method, acc, self.noise)
         for p, s in zip(self.params, noisy_sum):
             p.grad = s / self.B  # the expected batch size B, never the realised |B_t| (privacy hygiene rule 1)
@@ -181,59 +162,18 @@ class DPOptimizer:
     def _accumulate(self, acc: dict, x, y, index) -> None:
         """One micro-batch into the method's accumulators. Its per-sample tensors die when this returns: the
         next micro-batch's are formed without them (peak memory of one micro-batch, not two)."""
-        grads, norms, book_kept = self._norms_and_sums(x, y)
-        if book_kept is None:
-            mb = MicroBatch(x, y, grads, norms, functools.partial(self._grads_at, x, y), index)
-        else:
-            mb = MicroBatch(x, y, None, norms, None, index, book_kept, functools.partial(self._pass_at, x, y))
-        self.method.accumulate(acc, mb)
+        self.method.accumulate(acc, MicroBatch(self._view(x, y), index))
 
-    def _norms_and_sums(self, x, y):
-        """``(grads, norms, None)`` from ``vmap``, or ``(None, norms, pass)`` from Book-Keeping."""
-        if self.book_keeping is not None:
-            try:
-                book_kept = self.book_keeping(x, y)
-            except Exception as why:  # noqa: BLE001 -- vmap gives the same release, or the model's own error
-                reason = str(why) if isinstance(why, Unsupported) else f"{type(why).__name__}: {why}"
-                self._fall_back(f"Book-Keeping cannot handle this model exactly ({reason})")
-            else:
-                if bool(torch.isfinite(book_kept.norms).all()):
-                    return None, book_kept.norms, book_kept
-                grads, norms = self._per_sample_checked(x, y)  # NonFiniteGradientError names the parameter
-                self._fall_back("Book-Keeping's norms overflowed where the per-sample gradients did not")
-                return grads, norms, None
-        return *self._per_sample_checked(x, y), None
-
-    def _pass_at(self, x, y, params):
-        """The Book-Keeping pass of ``(x, y)`` at ``params``: the model's parameters point at them for the pass
-        (no copy, no gradient), and back at their own values after it; NaN/inf is an error."""
-        own = [p.data for p in self.params]
+    def _view(self, x, y) -> PerSampleView:
+        """The micro-batch's per-sample view from the engine; where Book-Keeping cannot be exact, from the engine
+        it falls back to (with a warning) for the rest of the run. NaN/inf gradients are an error either way."""
         try:
-            for p, value in zip(self.params, params):
-                p.data = value
-            book_kept = self.book_keeping(x, y)
-        finally:
-            for p, value in zip(self.params, own):
-                p.data = value
-        if not bool(torch.isfinite(book_kept.norms).all()):
-            self._per_sample_checked(x, y, params)  # NonFiniteGradientError names the parameter
-            raise NonFiniteGradientError("Book-Keeping's per-sample norms at the other parameter values overflowed "
-                                         "where the per-sample gradients did not; use per_sample='vmap'")
-        return book_kept
-
-    def _fall_back(self, why: str) -> None:
-        warnings.warn(f"{why}; this run uses the vmap per-sample gradients (same result, slower)", stacklevel=4)
-        self.book_keeping = None
-
-    def _per_sample_checked(self, x, y, params=None):
-        """Per-sample gradients (at ``params``, default the current ones) and their norms; NaN/inf is an error."""
-        grads = self.per_sample(x, y, params)
-        norms = flat_norms(grads)
-        check_finite(grads, norms, self.per_sample.names)
-        return grads, norms
-
-    def _grads_at(self, x, y, params):
-        return self._per_sample_checked(x, y, params)[0]
+            return self.engine(x, y)
+        except NonFiniteGradientError:
+            raise
+        except Exception as why:  # noqa: BLE001 -- vmap gives the same release, or the model's own error
+            self.engine = self.engine.fallen_back(why)
+            return self.engine(x, y)
 
     def epsilon(self, delta: float, accountant: str = "rdp") -> float:
         r"""Privacy spent so far, :math:`(\varepsilon, \delta)`-DP."""

@@ -16,6 +16,7 @@ import torch
 
 from dpbook.methods.base import Method, MicroBatch
 from dpbook.noise import GaussianNoise
+from dpbook.per_sample import FormedView, no_other_values
 
 
 def run_on_norms(method: Method, norm_batches: Iterable, *, d: int, expected_batch_size: float,
@@ -38,7 +39,7 @@ def run_on_norms(method: Method, norm_batches: Iterable, *, d: int, expected_bat
     for norms in norm_batches:
         acc = method.start([])
         norms = torch.as_tensor(norms, dtype=torch.float64)
-        method.accumulate(acc, MicroBatch(x=None, y=None, grads=[], norms=norms, grads_at=None))
+        method.accumulate(acc, MicroBatch(FormedView([], norms, no_other_values), torch.arange(len(norms))))
         method.release(acc, noise)
         rows.append(method.diagnostics())
         method.advance()

@@ -18,7 +18,16 @@ from dpbook import data, models
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.methods import METHODS, make_method
 from dpbook.optim import DPOptimizer
-from dpbook.per_sample import BookKeeping, Pass, PerSampleGradients, flat_norms, layers, weighted_sum
+from dpbook.per_sample import (
+    BookKeeping,
+    BookKeepingEngine,
+    Pass,
+    PerSampleGradients,
+    VmapEngine,
+    flat_norms,
+    layers,
+    weighted_sum,
+)
 from dpbook.per_sample.book_keeping import Unsupported
 from tests.reference import NoNoise, batch, flat_norm, per_example_gradients, tiny_cnn
 
@@ -55,7 +64,7 @@ def check_vector_queries(model, x, y, out, grads, *, rtol=1e-9):
     for scale in (0.001, 0.3):  # two other parameter values, near (a difference that cancels) and far
         values = [p.detach() + scale * torch.randn(p.shape, generator=g, dtype=p.dtype) for p in params]
         own = [p.data for p in params]
-        for p, v in zip(params, values):  # as the engine's pass at other values (DPOptimizer._pass_at)
+        for p, v in zip(params, values):  # as the engine's pass at other values (BookKeepingEngine._at)
             p.data = v
         try:
             passes.append(BookKeeping(model, F)(x, y))
@@ -72,6 +81,9 @@ def check_vector_queries(model, x, y, out, grads, *, rtol=1e-9):
         torch.testing.assert_close(combined.norms, flat_norms(m), rtol=rtol, atol=atol ** 0.5)
         for got, want in zip(combined.summed(w), weighted_sum(m, w)):
             torch.testing.assert_close(got, want, rtol=rtol, atol=1e-12 * (1 + float(want.abs().max())))
+        expected = torch.stack([mj.flatten(1) @ v.flatten() for mj, v in zip(m, V)], 1)
+        atol_inner = 1e-12 * (1 + float(expected.abs().max()))
+        torch.testing.assert_close(combined.inner(V), expected, rtol=rtol, atol=atol_inner)
 
 
 def images(n, shape, classes=10, seed=0):
@@ -300,7 +312,7 @@ def test_release_equals_vmap_for_every_fast_method(name, micro_batch_size, freez
     runs = [engine_run(name, per_sample, sizes=sizes, micro_batch_size=micro_batch_size, freeze=freeze)
             for per_sample in ("book-keeping", "vmap")]
     (fast, fast_infos, engine), (slow, slow_infos, _) = runs
-    assert engine.book_keeping is not None and engine.book_keeping.checked, "the fast path ran, no fall-back"
+    assert isinstance(engine.engine, BookKeepingEngine) and engine.engine.passes.checked, "the fast path, no fall-back"
     for a, b in zip(fast, slow):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     for a, b in zip(fast_infos, slow_infos):
@@ -316,7 +328,7 @@ def test_auto_picks_book_keeping_exactly_for_the_fast_methods(name):
     q = 1.0 if METHODS[name].full_batch else 0.1
     engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method(name, **hyperparameters),
                          sample_rate=q, expected_batch_size=8)
-    assert (engine.book_keeping is not None) == (name in FAST)
+    assert isinstance(engine.engine, BookKeepingEngine) == (name in FAST)
 
 
 def test_book_keeping_is_refused_for_a_method_that_reads_the_vectors():
@@ -401,7 +413,7 @@ def test_unsupported_models_fall_back_to_vmap_with_a_warning(case):
             engine.step(*batch(5, dtype=DTYPE))
         messages = [str(w.message) for w in caught if "Book-Keeping" in str(w.message)]
         if per_sample == "auto":
-            assert len(messages) == 1 and reason in messages[0] and engine.book_keeping is None, messages
+            assert len(messages) == 1 and reason in messages[0] and isinstance(engine.engine, VmapEngine), messages
         else:
             assert messages == []
         results.append([p.detach() for p in model.parameters()])
@@ -419,7 +431,7 @@ def test_dropout_in_a_known_layer_keeps_the_fast_path():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         engine.step(*batch(6))
-    assert engine.book_keeping is not None and engine.book_keeping.checked and model.training
+    assert isinstance(engine.engine, BookKeepingEngine) and engine.engine.passes.checked and model.training
 
 
 def test_the_plan_names_each_layers_strategy():
@@ -537,7 +549,7 @@ def test_tied_weights_fall_back_to_vmap():
         engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), make_method("dpsgd", C=1.0, sigma=1.0),
                              sample_rate=0.1, expected_batch_size=8)
         engine.step(*batch(4, dtype=DTYPE))
-    assert engine.book_keeping is None
+    assert isinstance(engine.engine, VmapEngine)
 
 
 class FunctionalBeforeZeroHead(Functional):

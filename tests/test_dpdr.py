@@ -30,7 +30,7 @@ from dpbook.methods.dpdr import (
 )
 from dpbook.models import digits_cnn
 from dpbook.optim import DPOptimizer
-from dpbook.per_sample import NonFiniteGradientError, flat_norms
+from dpbook.per_sample import FormedView, NonFiniteGradientError, flat_norms, no_other_values
 from dpbook.train import Trainer
 from dpbook.tuning import tuning_plan
 from tests import reference
@@ -62,7 +62,7 @@ def random_base(seed: int = 1, dtype=torch.float64) -> list[torch.Tensor]:
 
 def micro_batch(grads) -> MicroBatch:
     n = len(grads[0])
-    return MicroBatch(torch.zeros(n), torch.zeros(n), grads, flat_norms(grads), lambda ps: None)
+    return MicroBatch(FormedView(grads, flat_norms(grads), no_other_values), torch.arange(n))
 
 
 def gdr_method(dtype=torch.float64, **hp) -> DPDR:
@@ -563,6 +563,6 @@ def test_a_combination_that_overflows_is_named_with_its_fix(name):
     engine.step(x, y)  # DIFF2's restart, or DP-PSASC*'s first iterate stored
     huge = [torch.full((4, *p.shape), 3e38) for p in model.parameters()]  # x 2 (or x 1.5) is past float32's max
     sign = -1 if name == "diff2" else 1
-    mb = MicroBatch(x, y, huge, flat_norms(huge), lambda params: [sign * g for g in huge])
+    mb = MicroBatch(FormedView(huge, flat_norms(huge), lambda params: [sign * g for g in huge]), torch.arange(4))
     with pytest.raises(NonFiniteGradientError, match="overflowed.*rescale the loss"):
         method.accumulate(method.start(list(model.parameters())), mb)

@@ -22,7 +22,7 @@ from dpbook.methods.base import MicroBatch
 from dpbook.methods.psac import PSASC
 from dpbook.methods.psasc_momentum_gd import READINGS, PSASCMomentumGD
 from dpbook.optim import DPOptimizer
-from dpbook.per_sample import PerSampleGradients, flat_norms
+from dpbook.per_sample import FormedView, PerSampleGradients, flat_norms, no_other_values
 from dpbook.sampling import PoissonSampler
 from dpbook.train import Trainer
 from dpbook.tuning import tuning_plan
@@ -177,8 +177,7 @@ def released_sums(method: PSASCMomentumGD, grads: list[torch.Tensor]) -> list[to
     sums = []
     for g in grads:
         acc = method.start([torch.zeros(d, dtype=g.dtype)])
-        method.accumulate(acc, MicroBatch(torch.empty(n, 0), torch.empty(n), [g], flat_norms([g]), None,
-                                          torch.arange(n)))
+        method.accumulate(acc, MicroBatch(FormedView([g], flat_norms([g]), no_other_values), torch.arange(n)))
         sums.append(method.release(acc, NoNoise())[0])
         method.advance()
     return sums
@@ -389,7 +388,7 @@ def bound_engine(n=N):
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda e, x, y: e.step(x, y), r"keeps a momentum per example: pass each example's index"),
+    (lambda e, x, y: e.step(x, y), r"keeps a state per example: pass each example's index"),
     (lambda e, x, y: e.step(x[:5], y[:5], index=torch.arange(5)), r"held 5 of them; run it at sample rate q = 1"),
     (lambda e, x, y: e.step(x, y, index=torch.tensor([0, 1, 2, 3, 4, 5, 5])), "appears twice in one step"),
     (lambda e, x, y: e.step(x, y, index=torch.arange(1, N + 1)), r"indices must lie in 0 \.\. N-1 = 6"),

@@ -217,9 +217,9 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     plan = tuning_plan(epsilon, delta, q, steps)
     dp_method = cls.from_plan(plan, **hyperparameters)
     public_size = len(x_train) + canaries / 2  # the expected training-set size: B must not reveal who is in
-    engine = DPOptimizer(model, torch.optim.Adam(params, lr=lr), dp_method, sample_rate=q,
-                         expected_batch_size=q * public_size, noise_seed=noise_seed, per_sample="vmap")
-    engine.per_sample = WithCanaries(engine.per_sample, dirac_canaries(params, coordinates))
+    opt = DPOptimizer(model, torch.optim.Adam(params, lr=lr), dp_method, sample_rate=q,
+                      expected_batch_size=q * public_size, noise_seed=noise_seed, per_sample="vmap")
+    opt.engine.gradients = WithCanaries(opt.engine.gradients, dirac_canaries(params, coordinates))
     z, weights = [], []  # per step: the canaries' standardised coordinates, and the sum score's weight
     release = dp_method.release
 
@@ -235,7 +235,7 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
     sampler = PoissonSampler(N=len(x_all), expected_batch_size=q * len(x_all), seed=sampler_seed)
     for _ in range(steps):
         batch = sampler.sample()
-        engine.step(x_all[batch], y_all[batch], index=batch)
+        opt.step(x_all[batch], y_all[batch], index=batch)
 
     trace = torch.stack(z)  # steps x canaries
     scores = {"sum": torch.tensor(weights) @ trace, "differences": trace.diff(dim=0).pow(2).sum(0)}
@@ -247,7 +247,7 @@ def one_run_audit(method: str, hyperparameters: dict, *, epsilon: float, canarie
             best = max(best, (one_run_epsilon(canaries, r, v, delta, confidence=_EACH), score, r, v))
     accuracy = evaluate(model, x_test, y_test)["accuracy"]
     return OneRunResult(method, broken, dict(hyperparameters), canaries, int(inside.sum()), best[1], best[2],
-                        best[3], engine.epsilon(delta), best[0], delta, CONFIDENCE, plan.sigma, steps, q,
+                        best[3], opt.epsilon(delta), best[0], delta, CONFIDENCE, plan.sigma, steps, q,
                         float(accuracy), dp_method.diagnostics(), time.perf_counter() - start)
 
 

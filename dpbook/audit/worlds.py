@@ -29,7 +29,7 @@ import torch
 from dpbook.methods.base import Method, MicroBatch, gradient_sensitivity
 from dpbook.methods.scenario import Scenario, background, zeros
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import Grads, flat_norms
+from dpbook.per_sample import FormedView, Grads, flat_norms
 
 
 class NoNoise(GaussianNoise):
@@ -83,9 +83,8 @@ class World:
             out.noise_multipliers.append(method.noise_multiplier())  # declared before the release
             out.sensitivities.append(gradient_sensitivity(method.releases()))
             acc = method.start(zeros())
-            method.accumulate(acc, MicroBatch(
-                x=torch.zeros(n, 1), y=torch.zeros(n, dtype=torch.long), grads=grads, norms=flat_norms(grads),
-                grads_at=_grads_at(grads, canary=inside), index=torch.arange(n)))
+            view = FormedView(grads, flat_norms(grads), _grads_at(grads, canary=inside))
+            method.accumulate(acc, MicroBatch(view, torch.arange(n)))
             released = method.release(acc, noise)
             out.releases.append(torch.cat([r.flatten() for r in released]).numpy())
             out.diagnostics.append(method.diagnostics())

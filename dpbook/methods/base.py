@@ -48,24 +48,14 @@ import abc
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterable, Sequence
+from typing import ClassVar, Iterable, Sequence
 
 import torch
 
 from dpbook import checks
 from dpbook.accounting import sigma_eff
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import (
-    Combination,
-    Grads,
-    NonFiniteGradientError,
-    Pass,
-    flat_norms,
-    inner_products,
-    layer_sq_norms,
-    weighted_sum,
-)
-from dpbook.per_sample.layers import combination
+from dpbook.per_sample import Grads, NonFiniteGradientError, PerSampleView
 from dpbook.tuning import TuningPlan
 
 NONPRIVATE_PREFIX = "nonprivate/"
@@ -87,56 +77,57 @@ def is_nonprivate(key: str) -> bool:
     return key.startswith(NONPRIVATE_PREFIX) or key in TRAINING_SET_METRICS
 
 
-@dataclass
+@dataclass(frozen=True)
 class MicroBatch:
-    r"""What a method sees of one physical micro-batch of the logical (Poisson) batch.
+    r"""What a method sees of one physical micro-batch of the logical (Poisson) batch: its examples' per-sample
+    gradients as a :class:`~dpbook.per_sample.view.PerSampleView` and their indices.
 
-    ``grads`` holds the per-sample gradients when the engine formed them (``vmap``), and is None on the
-    Book-Keeping path, where ``book_kept`` holds the pass (:class:`~dpbook.per_sample.book_keeping.Pass`). The
-    methods below answer from either: :meth:`weighted_sum`, :meth:`layer_sq_norms`, :meth:`inner`, :meth:`at` (the
-    same examples at other parameter values) and :meth:`combine` (a linear combination of such micro-batches). A
-    method that reads ``grads`` itself
-    declares ``per_sample_vectors = True``, and the engine then always forms them.
+    The view answers the same questions whichever engine made it (:mod:`dpbook.per_sample.engines`): the norms,
+    :meth:`weighted_sum`, :meth:`layer_sq_norms`, :meth:`inner`, :meth:`at` (the same examples at other parameter
+    values) and :meth:`combine` (a linear combination of such micro-batches). Only the ``vmap`` engine forms the
+    vectors themselves (``grads``): a method that reads them declares ``per_sample_vectors = True``, and the engine
+    then always forms them.
     """
 
-    x: torch.Tensor
-    y: torch.Tensor
-    grads: Grads | None  # per-sample gradients at the current parameters, one tensor (n, *shape) per parameter
-    norms: torch.Tensor  # their flat L2 norms, shape (n,)
-    grads_at: Callable[[Sequence[torch.Tensor]], Grads] | None  # per-sample gradients at other parameter values
-    # The examples' indices in the training set, shape (n,), when the caller passes them to the engine
-    # (``DPOptimizer.step(x, y, index=...)``; ``Trainer`` does). Methods with per-example state across steps need
-    # them (DP-PSASC's Algorithm 2, ``psasc_momentum_gd.py``); the others ignore them.
-    index: torch.Tensor | None = None
-    book_kept: Pass | Combination | None = None  # the Book-Keeping pass (or combination), when grads is None
-    pass_at: Callable[[Sequence[torch.Tensor]], Pass] | None = None  # its pass at other parameter values
+    view: PerSampleView
+    # The examples' indices in the training set, shape (n,), when the caller passes them (DPOptimizer.step(x, y,
+    # index=...); Trainer does), else their positions in the logical batch. A method with per-example state across
+    # steps (``per_example_state = True``: DP-PSASC's Algorithm 2, ``psasc_momentum_gd.py``) gets the former: the
+    # engine refuses a step without them.
+    index: torch.Tensor
 
     @property
     def n(self) -> int:
-        return len(self.norms)
+        return self.view.n
+
+    @property
+    def norms(self) -> torch.Tensor:
+        r""":math:`\lVert g_i\rVert`, the flat L2 norm of each example's gradient, shape ``(n,)``."""
+        return self.view.norms
+
+    @property
+    def grads(self) -> Grads:
+        """The per-sample gradients, one tensor ``(n, *shape)`` per parameter (``per_sample_vectors = True`` only)."""
+        return self.view.grads
 
     def weighted_sum(self, weights: torch.Tensor) -> Iterable[torch.Tensor]:
-        r""":math:`\sum_i w_ig_i` for each parameter in order, from ``grads`` or from the Book-Keeping pass's stored
-        tensors (then one parameter at a time: add each into an accumulator, as :meth:`ScaledSum.accumulate`)."""
-        return weighted_sum(self.grads, weights) if self.book_kept is None else self.book_kept.summed(weights)
+        r""":math:`\sum_i w_ig_i` for each parameter in order (add each into an accumulator before the next, as
+        :meth:`ScaledSum.accumulate`)."""
+        return self.view.weighted_sum(weights)
 
     def layer_sq_norms(self) -> torch.Tensor:
         r""":math:`\lVert g_i^{(l)}\rVert^2` for each example and parameter tensor :math:`l`, shape ``(n, m)``."""
-        return layer_sq_norms(self.grads) if self.book_kept is None else self.book_kept.layer_sq_norms()
+        return self.view.layer_sq_norms()
 
     def inner(self, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
         r""":math:`\langle g_i^{(l)}, v^{(l)}\rangle` with one fixed tensor ``vectors[l]`` per parameter, shape
         ``(n, m)``."""
-        return inner_products(self.grads, vectors) if self.book_kept is None else self.book_kept.inner(vectors)
+        return self.view.inner(vectors)
 
     def at(self, params: Sequence[torch.Tensor]) -> "MicroBatch":
         """The same examples' per-sample gradients at other parameter values (``params``, one per trainable
         parameter): DIFF2's previous iterate."""
-        if self.book_kept is not None:
-            other = self.pass_at(params)
-            return MicroBatch(self.x, self.y, None, other.norms, None, self.index, other)
-        grads = self.grads_at(params)
-        return MicroBatch(self.x, self.y, grads, flat_norms(grads), None, self.index)
+        return MicroBatch(self.view.at(params), self.index)
 
     @staticmethod
     def combine(terms: Sequence[tuple[float, "MicroBatch"]]) -> "MicroBatch":
@@ -144,13 +135,7 @@ class MicroBatch:
         of the same examples at several parameter values (the first and :meth:`at`): DIFF2's difference, DP-PSASC*'s
         inner momentum. Its ``norms`` and :meth:`weighted_sum` are :math:`m_i`'s: formed on the ``vmap`` path, from the
         passes' stored tensors on the Book-Keeping path (:class:`~dpbook.per_sample.book_keeping.Combination`)."""
-        first = terms[0][1]
-        if first.book_kept is not None:
-            m = Pass.combined([(c, t.book_kept) for c, t in terms])
-            combined = MicroBatch(first.x, first.y, None, m.norms, None, first.index, m)
-        else:
-            grads = [combination(parts, [c for c, _ in terms]) for parts in zip(*(t.grads for _, t in terms))]
-            combined = MicroBatch(first.x, first.y, grads, flat_norms(grads), None, first.index)
+        combined = MicroBatch(PerSampleView.combined([(c, mb.view) for c, mb in terms]), terms[0][1].index)
         if not bool(torch.isfinite(combined.norms).all()):  # each term's gradients are finite (the engine checks)
             raise NonFiniteGradientError("an example's combination of its gradients at several iterates (DIFF2's "
                                          "difference, DP-PSASC*'s inner momentum) overflowed; rescale the loss")
@@ -226,6 +211,9 @@ class Method(abc.ABC):
     #: differences, momenta over iterates. False when it needs only their norms and re-weighted sums
     #: (``mb.weighted_sum``), which the engine then gets without forming them (Book-Keeping).
     per_sample_vectors: ClassVar[bool] = True
+    #: True when the method keeps a state per example across steps: ``accumulate`` reads ``mb.index``, the examples'
+    #: indices in the training set, and the engine refuses a step without them.
+    per_example_state: ClassVar[bool] = False
     #: True for a full-batch method (every step sees all :math:`N` examples, :math:`q = 1`), which a minibatch grid
     #: cannot run.
     full_batch: ClassVar[bool] = False

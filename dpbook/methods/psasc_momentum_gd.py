@@ -96,7 +96,6 @@ from __future__ import annotations
 
 __all__ = ["READINGS", "PSASCMomentumGD"]
 
-import dataclasses
 from typing import ClassVar, Sequence
 
 import torch
@@ -108,7 +107,7 @@ from dpbook.methods.psac import PSASC
 from dpbook.methods.registry import register
 from dpbook.methods.scenario import Scenario
 from dpbook.noise import GaussianNoise
-from dpbook.per_sample import Grads, check_finite, flat_norms
+from dpbook.per_sample import FormedView, Grads, check_finite, flat_norms, no_other_values
 from dpbook.tuning import TuningPlan
 
 READINGS = ("update-then-scale", "scale-then-update")
@@ -151,6 +150,7 @@ class PSASCMomentumGD(PSASC):
     full_batch: ClassVar[bool] = True
     """Algorithm 2 runs only at sample rate :math:`q = 1`: the batch of every step is the whole training set."""
     per_sample_vectors: ClassVar[bool] = True  # each example's EMA m_i is a vector kept across steps
+    per_example_state: ClassVar[bool] = True  # m_i, found by the example's index in the training set
 
     def __init__(self, *, C: float, r: float, s: float, sigma: float, gamma: float,
                  reading: str = "update-then-scale"):
@@ -195,9 +195,6 @@ class PSASCMomentumGD(PSASC):
 
     def _indices(self, acc: dict, mb: MicroBatch) -> torch.Tensor:
         """The micro-batch's example indices, checked: given, in 0 .. N-1, none seen before in this step."""
-        if mb.index is None:
-            raise ValueError("Algorithm 2 keeps a momentum per example: pass each example's index in the training "
-                             "set, DPOptimizer.step(x, y, index=...) (Trainer does)")
         index = mb.index.to(device=acc["seen"].device, dtype=torch.long)
         if len(index) != mb.n:
             raise ValueError(f"the micro-batch has {mb.n} examples but {len(index)} indices")
@@ -232,7 +229,7 @@ class PSASCMomentumGD(PSASC):
         norms = flat_norms(m)
         check_finite(m, norms, [f"#{j} (per-sample momentum)" for j in range(len(m))])
         # The per-sample EMA takes the place of the per-sample gradient in DP-PSASC's scaled sum (line 5).
-        super().accumulate(acc, dataclasses.replace(mb, grads=m, norms=norms, book_kept=None))
+        super().accumulate(acc, MicroBatch(FormedView(m, norms, no_other_values), mb.index))
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         seen = int(acc["seen"].sum())

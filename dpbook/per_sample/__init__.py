@@ -10,15 +10,21 @@ Two engines (``python -m dpbook.repro.bench`` compares them with Opacus's):
   Book-Keeping), with the rules of :mod:`dpbook.per_sample.layers`: what the scaled-sum methods (DP-SGD, DC-SGD,
   AdaClip, dynamic clipping, Auto-S, DP-PSAC, DP-PSASC) and the vector methods DPDR, DIFF and DIFF2 need, at a
   fraction of the cost. The engine (:class:`dpbook.optim.DPOptimizer`) picks it whenever the method allows.
+
+Either way a method sees one interface, :class:`~dpbook.per_sample.view.PerSampleView`
+(:mod:`dpbook.per_sample.view`), made by the engine objects of :mod:`dpbook.per_sample.engines`.
 """
 
 __all__ = [
     "BookKeeping", "Combination", "Grads", "NonFiniteGradientError", "Pass", "PerSampleGradients", "Unsupported",
     "check_finite", "check_no_batchnorm", "clip_factors", "flat_norms", "inner_products", "layer_sq_norms",
-    "weighted_sum"
+    "weighted_sum", "PerSampleView", "FormedView", "BookKeptView", "no_other_values", "PER_SAMPLE_ENGINES",
+    "VmapEngine", "BookKeepingEngine", "engine_for"
 ]
 
 from dpbook.per_sample.book_keeping import BookKeeping, Combination, Pass, Unsupported
+from dpbook.per_sample.engines import PER_SAMPLE_ENGINES, BookKeepingEngine, VmapEngine, engine_for
+from dpbook.per_sample.view import BookKeptView, FormedView, PerSampleView, no_other_values
 from dpbook.per_sample.vmap import (
     Grads,
     NonFiniteGradientError,

@@ -360,13 +360,13 @@ class Pass:
     def __init__(self, per_layer: dict[str, layers.LayerGrads], owners: list[tuple[str, str]],
                  params: list[torch.Tensor], n: int):
         self.layers, self.owners, self.params, self.n = per_layer, owners, params, n
-        self.per_sample = [per_layer[o].per_sample.get(k) if o in per_layer else None for o, k in owners]
+        self.gradients = [per_layer[o].gradients.get(k) if o in per_layer else None for o, k in owners]
         dtype, device = params[0].dtype, params[0].device
         self.norms = sum((r.sq_norms for r in per_layer.values()), torch.zeros(n, dtype=dtype, device=device)).sqrt()
 
     def _stack(self, each: Callable[[int, layers.PerSample], torch.Tensor]) -> torch.Tensor:
         zeros = self.norms.new_zeros(self.n)
-        return torch.stack([zeros if g is None else each(i, g) for i, g in enumerate(self.per_sample)], 1)
+        return torch.stack([zeros if g is None else each(i, g) for i, g in enumerate(self.gradients)], 1)
 
     def layer_sq_norms(self) -> torch.Tensor:
         r""":math:`\lVert g_i^{(l)}\rVert^2`, shape ``(n, m)``."""
@@ -408,7 +408,7 @@ class Combination:
         zeros = first.norms.new_zeros(first.n)
         columns = []
         for i in range(len(first.params)):
-            present = [(c, p.per_sample[i]) for c, p in self.terms if p.per_sample[i] is not None]
+            present = [(c, p.gradients[i]) for c, p in self.terms if p.gradients[i] is not None]
             columns.append(type(present[0][1]).combined_sq_norms(present) if present else zeros)
         self.sq = torch.stack(columns, 1)
         self.norms = self.sq.sum(1).sqrt()
@@ -416,6 +416,11 @@ class Combination:
     def layer_sq_norms(self) -> torch.Tensor:
         r""":math:`\lVert m_i^{(l)}\rVert^2`, shape ``(n, m)``."""
         return self.sq
+
+    def inner(self, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
+        r""":math:`\langle m_i^{(l)}, v^{(l)}\rangle = \sum_jc_j\langle g_i^{(j,l)}, v^{(l)}\rangle`, shape
+        ``(n, m)``."""
+        return sum(c * p.inner(vectors) for c, p in self.terms)
 
     def summed(self, w: torch.Tensor) -> Iterator[torch.Tensor]:
         r""":math:`\sum_iw_im_i` parameter by parameter, in order."""

@@ -4,7 +4,7 @@ Example i's gradient of a layer's parameters depends on two tensors only: the la
 activations) and the gradient ``g_i`` of the summed loss with respect to the layer's output. From them, a rule
 gives, for the layer's trainable parameters together,
 
-- ``per_sample``: each parameter's per-sample gradients :math:`G_i`, formed or not (:class:`PerSample`), which give
+- ``gradients``: each parameter's per-sample gradients :math:`G_i`, formed or not (:class:`PerSample`), which give
   their squared norms, their inner products :math:`\langle G_i, V\rangle` with a fixed tensor (DPDR's and DIFF's
   projections) and the norms of linear combinations with the same layer's at other parameter values (DIFF2's
   difference :math:`G_i - H_i`, DP-PSASC*'s inner momentum), each without forming :math:`G_i` where it is not
@@ -196,13 +196,13 @@ class LayerGrads:
     """One layer's per-sample gradients (each trainable parameter's, formed or not), and its re-weighted sum as a
     function of the weights."""
 
-    per_sample: dict[str, PerSample]  # parameter's local name -> its per-sample gradients
+    gradients: dict[str, PerSample]  # parameter's local name -> its per-sample gradients
     weighted: Weighted  # w (n,) -> {parameter's local name: sum_i w_i grad_i}
 
     @property
     def sq_norms(self) -> torch.Tensor:
         """The layer's per-sample squared gradient norms, shape (n,)."""
-        return sum(p.sq_norms for p in self.per_sample.values())
+        return sum(p.sq_norms for p in self.gradients.values())
 
 
 def instantiated(grads: dict[str, torch.Tensor]) -> LayerGrads:
@@ -225,7 +225,7 @@ def formed(name: str, G: torch.Tensor, a: torch.Tensor, g: torch.Tensor, product
 
 def _combine(parts: Sequence[LayerGrads]) -> LayerGrads:
     """Parameters of one layer handled by separate rules (e.g. a ghost weight and an instantiated bias)."""
-    return LayerGrads({k: v for p in parts for k, v in p.per_sample.items()},
+    return LayerGrads({k: v for p in parts for k, v in p.gradients.items()},
                       lambda w: {k: v for p in parts for k, v in p.weighted(w).items()})
 
 
