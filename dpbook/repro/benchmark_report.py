@@ -29,6 +29,7 @@ import numpy as np
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import results
 from dpbook.repro.benchmark import CHARGED, PROTOCOLS, Benchmark
+from dpbook.repro.cast import CAST
 from dpbook.repro.claims import CLAIMS, WORDS, Claim, disagreements
 from dpbook.repro.experiment import Experiment, plan_of
 from dpbook.repro.plotting import legend_below, method_colour, method_label
@@ -52,9 +53,10 @@ def status_line(the_cells: Cells) -> str:
 
 def check_complete(benchmark: Benchmark, the_cells: Cells, *, seeds: int, epochs: int, command: str) -> None:
     """The committed results are the benchmark's sweep run to the end (``command``): on its whole grid, at its own
-    seeds and epochs, every cell is complete or unreachable for one of the two reasons a budget can be unreachable
-    here, Andrew et al.'s fixed sigma_b = B/20 (``sigma_b``) and DPDR's GDR steps alone; LT's per-run budget at
-    epsilon = 1 is reachable (the RDP orders grow past 63). A ValueError names the other cells. Cells of a smaller
+    seeds and epochs, every cell is complete or unreachable for a reason its method's row of the cast allows
+    (:attr:`dpbook.repro.cast.Role.unreachable_because`: Andrew et al.'s fixed sigma_b = B/20, DPDR's GDR steps
+    alone); LT's per-run budget at epsilon = 1 is reachable (the RDP orders grow past 63). A ValueError names the
+    other cells. Cells of a smaller
     selection, or at other seeds or epochs, are a reader's subset: nothing is checked.
 
     >>> from dpbook.repro.digits_benchmark import BENCHMARK as b
@@ -75,7 +77,7 @@ def check_complete(benchmark: Benchmark, the_cells: Cells, *, seeds: int, epochs
         where = f"{method_label(m)} eps={e:g} {p}"
         if c["status"] == "ok" and not (all(0.0 <= v <= 1.0 for v in c["values"]) and c["sigma"] > 0):
             wrong.append(f"{where} holds accuracies outside [0, 1] or no sigma")
-        elif c["status"] == "unreachable" and not (("sigma_b" in c["reason"] and m == "adaclip") or m == "dpdr"):
+        elif c["status"] == "unreachable" and not any(why in c["reason"] for why in CAST[m].unreachable_because):
             wrong.append(f"{where} is unreachable: {c['reason']}")
         elif c["status"] not in ("ok", "unreachable"):
             wrong.append(f"{where} is {c['status']}")

@@ -41,10 +41,13 @@ MOMENTUM_AXES = {"gamma0": (0.5, 0.9), "gamma1": (0.3, 1.0)}
 
 @dataclass(frozen=True)
 class Role:
-    """A method's part in the book: its colour (``#rrggbb``) and its grid in each benchmark that runs it."""
+    """A method's part in the book: its colour (``#rrggbb``), its grid in each benchmark that runs it, and why a cell
+    of its may be unreachable there (``unreachable_because``: phrases of the reason; a cell unreachable for any
+    other reason is an incomplete benchmark, :func:`dpbook.repro.benchmark_report.check_complete`)."""
 
     colour: str
     grids: Mapping[str, list[dict]] = field(default_factory=dict)
+    unreachable_because: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not (self.colour.startswith("#") and len(self.colour) == 7):
@@ -64,8 +67,10 @@ CAST: dict[str, Role] = {
     "dpsgd": Role("#1f77b4", _both(lambda study: grid_product(C=C_GRIDS[study]))),
     "dcsgd-p": Role("#d62728", {DIGITS: grid_product(p=(0.2, 0.4, 0.6, 0.8)), MNIST5K: grid_product(p=(0.4, 0.8))}),
     "dcsgd-e": Role("#ff7f0e", _both(lambda study: [{}])),
+    # Andrew et al.'s count noise is fixed at sigma_b = B/20, which can leave no gradient noise for a small budget
     "adaclip": Role("#2ca02c", {DIGITS: grid_product(p=(0.2, 0.4, 0.5, 0.6, 0.8, 0.9), eta_C=(0.1, 0.2, 0.3)),
-                                MNIST5K: grid_product(p=(0.2, 0.5, 0.8), eta_C=(0.1, 0.2, 0.3))}),
+                                MNIST5K: grid_product(p=(0.2, 0.5, 0.8), eta_C=(0.1, 0.2, 0.3))},
+                    unreachable_because=("sigma_b",)),
     "dynamic": Role("#9467bd", _both(lambda study: grid_product(C_0=C_GRIDS[study],
                                                                 rho_C=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)))),
     "autos": Role("#8c564b", _both(lambda study: [{}])),
@@ -79,10 +84,12 @@ CAST: dict[str, Role] = {
                               gamma1=MOMENTUM_AXES["gamma1"])}),
     # full batch (sample rate 1): the benchmarks' Poisson minibatch setting, at a shared epoch budget, does not apply
     "psasc-momentum-gd": Role("#0e7c86"),
-    # the DP-SGD phase clips at the same bound as the orthogonal parts (C_g = C_perp)
+    # the DP-SGD phase clips at the same bound as the orthogonal parts (C_g = C_perp); the GDR steps alone, at the
+    # paper's sigma_perp and sigma_alpha, can spend more than a small budget
     "dpdr": Role("#7f7f7f", {
         DIGITS: [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in (0.5, 1.0) for s in (5, 22)],
-        MNIST5K: [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in C_GRIDS[MNIST5K] for s in (4, 16)]}),
+        MNIST5K: [{"C_perp": C, "C_g": C, "C_alpha": 0.3, "s": s} for C in C_GRIDS[MNIST5K] for s in (4, 16)]},
+                 unreachable_because=("GDR steps",)),
     "diff": Role("#aec7e8", {DIGITS: grid_product(C_d=(0.1, 0.5, 1.0), C_g=(1.0,)),
                              MNIST5K: grid_product(C_d=C_GRIDS[MNIST5K], C_g=(1.0,))}),
     # the restart period and the restart-to-difference noise ratio are left open by the papers [DPDR-25]: tuned
