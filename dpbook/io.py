@@ -3,7 +3,7 @@ resumable records of long commands (:func:`resumable`)."""
 
 from __future__ import annotations
 
-__all__ = ["MODE", "atomic_torch_save", "atomic_write_json", "remove_stale_temporaries", "resumable"]
+__all__ = ["MODE", "atomic_torch_save", "atomic_write_json", "remove_stale_temporaries", "claimed", "resumable"]
 
 import argparse
 import json
@@ -75,20 +75,40 @@ def _running(pid: int) -> bool:
     return True
 
 
-def resumable(path: Path, parameters: dict, key: str, *, force: bool, parser: argparse.ArgumentParser) -> list:
-    """The records under ``key`` of an earlier run with the same ``parameters`` in ``path`` (none if it is absent).
+def claimed(path: Path, parameters: dict) -> dict:
+    """The JSON record in ``path``, which an earlier run with the same ``parameters`` wrote. A file that is not JSON,
+    or was written with other parameters, is a ValueError that names it and what differs: a rerun must not replace
+    recorded results with another experiment's.
 
-    A file that is not JSON, or was written with other parameters, stops the command (exit 2) unless ``force``: a
-    rerun must not replace recorded results with another experiment's."""
-    if not path.exists() or force:
-        return []
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "record.json"
+        >>> _ = atomic_write_json({"parameters": {"steps": 5}, "cells": [1]}, path)
+        >>> claimed(path, {"steps": 5})["cells"]
+        [1]
+        >>> claimed(path, {"steps": 6})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+            ...
+        ValueError: ... holds results recorded with other steps
+    """
     try:
         record = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        parser.error(f"{path} is not valid JSON ({error}); move it away, or pass --force to start afresh")
+        raise ValueError(f"{path} is not valid JSON ({error})") from error
     recorded = record.get("parameters") or {}
     differ = sorted(k for k in set(recorded) | set(parameters) if recorded.get(k) != parameters.get(k))
     if differ:
-        parser.error(f"{path} holds results recorded with other {', '.join(differ)}; choose another "
-                     "--output, or pass --force to replace them")
-    return record[key]
+        raise ValueError(f"{path} holds results recorded with other {', '.join(differ)}")
+    return record
+
+
+def resumable(path: Path, parameters: dict, key: str, *, force: bool, parser: argparse.ArgumentParser) -> list:
+    """The records under ``key`` of an earlier run with the same ``parameters`` in ``path`` (none if it is absent).
+
+    A file that is not JSON, or was written with other parameters (:func:`claimed`), stops the command (exit 2)
+    unless ``force``."""
+    if not path.exists() or force:
+        return []
+    try:
+        return claimed(path, parameters)[key]
+    except ValueError as error:
+        parser.error(f"{error}; choose another --output or move it away, or pass --force to start afresh")

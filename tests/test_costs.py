@@ -39,6 +39,19 @@ def test_a_command_is_timed_and_recorded_and_a_failing_one_is_not(tmp_path):
     assert list(json.loads(path.read_text())["commands"]) == ["a pause"]
 
 
+def test_a_record_the_tool_did_not_write_stops_it(tmp_path):
+    """A damaged record, or another tool's, is never overwritten: the tool stops and names it."""
+    path = tmp_path / "costs.json"
+    path.write_text('{"parameters": {"steps": 5}, "cells": []}')
+    with pytest.raises(SystemExit, match=r"costs: .*costs.json holds results recorded with other holds, steps, "):
+        costs.record("a pause", [sys.executable, "-c", "open('ran', 'w')"], where="here", path=path, cwd=tmp_path)
+    assert not (tmp_path / "ran").exists()  # refused before the command ran
+    path.write_text("{not json")
+    with pytest.raises(SystemExit, match=r"costs: .*costs.json is not valid JSON .*restore it"):
+        costs.read(path)
+    assert path.read_text() == "{not json"
+
+
 def test_the_chapters_times_that_make_book_wrote_are_recorded_with_their_dates(tmp_path):
     times = tmp_path / "chapter_times.json"
     times.write_text(json.dumps({"audit": {"seconds": 19.0, "executed": "2026-11-29T02:34:05+00:00"}}))

@@ -75,7 +75,7 @@ def check_rerun(chapter, cells, output, record, monkeypatch):
         patch.setattr(dry_run, "_dry_cell", lambda *args: pytest.fail("a recorded cell was built again"))
         again = dry_run.dry_run(chapter, steps=1, warmup=0, cells=cells, output=output)
     assert again["cells"] == record["cells"] and again["combinations"] == record["combinations"]
-    with pytest.raises(ValueError, match="holds a dry run with other parameters"):
+    with pytest.raises(ValueError, match=r"holds results recorded with other steps; pass force=True \(--force\)"):
         dry_run.dry_run(chapter, steps=2, warmup=0, cells=cells, output=output)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpbook.io import atomic_write_json  # noqa: E402
+from dpbook.io import atomic_write_json, claimed  # noqa: E402
 from dpbook.repro.results import markdown_table  # noqa: E402
 
 RECORD = ROOT / "data" / "results" / "costs" / "analysis" / "costs.json"
@@ -41,8 +41,13 @@ PARAMETERS = {"written_by": "tools/costs.py", "holds": "the costs of the book's 
 
 
 def read(path: Path = RECORD) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {"parameters": PARAMETERS, "commands": {},
-                                                                "chapters": {}}
+    """The record in ``path`` (a fresh one where there is none); a file this tool did not write stops it."""
+    if not path.exists():
+        return {"parameters": PARAMETERS, "commands": {}, "chapters": {}}
+    try:
+        return claimed(path, PARAMETERS)
+    except ValueError as error:
+        raise SystemExit(f"costs: {error}; give another --record-file, or restore it (git checkout -- {path})")
 
 
 def _commit(where: Path) -> str:
@@ -53,7 +58,8 @@ def _commit(where: Path) -> str:
 def record(name: str, command: list[str], *, where: str, detail: str = "", cwd: Path = ROOT,
            path: Path = RECORD) -> dict:
     """Run ``command`` in ``cwd``; when it exits 0, record its costs under ``name`` and return the entry. A failing
-    command is not recorded: a SystemExit says so."""
+    command is not recorded: a SystemExit says so (and before it runs, for a record this tool did not write)."""
+    read(path)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     status = subprocess.run(command, cwd=cwd).returncode

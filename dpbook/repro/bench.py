@@ -26,10 +26,11 @@ recorded file.
 from __future__ import annotations
 
 __all__ = [
-    "loss_fn", "interleaved_rounds_ms", "medians", "Spread", "paired", "Setting", "SETTINGS", "CONTENDERS",
-    "physical_batch", "batch", "make_step", "engine_rounds", "memory_child", "BENCH_METHODS", "method_times",
-    "PROFILE_B", "SHARED", "step_profile", "profile_share", "profile_floor", "profile_table", "SCHEMA", "MICRO_WHY",
-    "SPREAD_NOTE", "tables", "recorded", "parser", "main", "run"
+    "loss_fn", "now", "reset_peak_memory", "peak_memory_mib", "memory_mib", "interleaved_rounds_ms", "medians",
+    "Spread", "paired", "Setting", "SETTINGS", "CONTENDERS", "physical_batch", "batch", "make_step", "engine_rounds",
+    "memory_child", "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED", "step_profile", "profile_share",
+    "profile_floor", "profile_table", "SCHEMA", "MICRO_WHY", "SPREAD_NOTE", "tables", "recorded", "parser", "main",
+    "run"
 ]
 
 import argparse
@@ -61,17 +62,38 @@ from dpbook.tasks import TASKS
 loss_fn = nn.functional.cross_entropy
 
 
+def now(device: torch.device) -> float:
+    """``time.perf_counter()`` once the work queued on ``device`` is done (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak: CUDA's peak allocated memory, or this process's peak resident memory (Linux)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """The peak since :func:`reset_peak_memory`, in MiB: CUDA's allocated tensors, or the resident memory."""
+    return torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else _status_mib("VmHWM")
+
+
+def memory_mib(device: torch.device) -> float:
+    """The memory now, in MiB, as :func:`peak_memory_mib` counts it."""
+    return torch.cuda.memory_allocated() / 2**20 if device.type == "cuda" else _status_mib("VmRSS")
+
+
 def interleaved_rounds_ms(steps: dict, repeats: int, device: torch.device) -> dict[str, list[float]]:
     """Wall time (ms) of each step function in each of ``repeats`` interleaved rounds (A B C A B C ...), so that a
     change in the machine's load hits every contender alike; one warm-up call each first."""
     def once(fn) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = now(device)
         fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return 1000 * (time.perf_counter() - start)
+        return 1000 * (now(device) - start)
 
     for fn in steps.values():
         fn()
@@ -276,16 +298,11 @@ def memory_child(name: str, B: int, contender: str, device, micro: int | None = 
     x, y = batch(setting, B, device)
     step = make_step(contender, setting, x, y, device, micro=micro)
     step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        return {"peak_mib": (torch.cuda.max_memory_allocated() - before) / 2**20}
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-    before = _status_mib("VmRSS")
+    now(device)
+    before = memory_mib(device)
+    reset_peak_memory(device)
     step()
-    return {"peak_mib": _status_mib("VmHWM") - before}
+    return {"peak_mib": peak_memory_mib(device) - before}
 
 
 def _peak_memory(name: str, B: int, contender: str, threads: int, device, micro: int | None) -> float:

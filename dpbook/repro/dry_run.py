@@ -85,23 +85,6 @@ def combination(exp: Experiment) -> str:
             f"{task.classes} classes")
 
 
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter()
-
-
-def _reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux)
-
-
-def _peak_mib(device: torch.device) -> float:
-    return torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else bench._status_mib("VmHWM")
-
-
 def return_freed_memory() -> None:
     """glibc: give every freed block of 64 KiB or more back to the system, so that resident memory follows the
     tensors alive (:mod:`dpbook.repro.bench` sets the same in its children's environment); elsewhere nothing. The
@@ -118,19 +101,19 @@ def measure(run: Prepared, steps: int, warmup: int = 1) -> dict:
     method, the optimizer); the median step time (s) and the peak memory (MiB) over those ``steps`` (the first step
     holds one-time costs, e.g. Book-Keeping's self-check: ``warmup=0`` only where speed matters more, the suite's)."""
     trainer = run.trainer(progress=False)
-    _reset_peak(run.device)
-    stamps = [_now(run.device)]
+    bench.reset_peak_memory(run.device)
+    stamps = [bench.now(run.device)]
 
     def on_step(trainer, info):
-        stamps.append(_now(run.device))
+        stamps.append(bench.now(run.device))
         if trainer.step == warmup:
-            _reset_peak(run.device)
+            bench.reset_peak_memory(run.device)
             stamps[:] = stamps[-1:]
 
     trainer.run(max_steps=min(trainer.T, steps + warmup), on_step=on_step)
     durations = [b - a for a, b in zip(stamps, stamps[1:])]
     return {"step_s": statistics.median(durations), "measured_steps": len(durations),
-            "warmup": warmup, "peak_mib": round(_peak_mib(run.device), 1),
+            "warmup": warmup, "peak_mib": round(bench.peak_memory_mib(run.device), 1),
             "parameters": sum(p.numel() for p in run.model.parameters() if p.requires_grad)}
 
 
@@ -206,10 +189,10 @@ def dry_run(chapter: Chapter, *, steps: int = 2, warmup: int = 1, cells: list[Ha
     record = {"study": "dry_run", "parameters": parameters, "provenance": results.provenance(device),
               "combinations": {}, "cells": {}}
     if output is not None and output.exists() and not force:
-        earlier = json.loads(output.read_text())
-        if earlier["parameters"] != parameters:
-            raise ValueError(f"{output} holds a dry run with other parameters; pass force=True (--force) to "
-                             f"replace it, or choose another output")
+        try:
+            earlier = io.claimed(output, parameters)
+        except ValueError as err:
+            raise ValueError(f"{err}; pass force=True (--force) to replace it, or choose another output") from err
         record.update(combinations=earlier["combinations"], cells=earlier["cells"])
     for cell in chapter.selected if cells is None else cells:
         key = json.dumps(list(cell))
