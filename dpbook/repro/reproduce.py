@@ -28,8 +28,8 @@ from __future__ import annotations
 
 __all__ = [
     "REP_SEED", "STAND_INS", "measured_size", "stand_in", "stand_in_note", "training_size", "plan", "RUN_FIELDS",
-    "search", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run", "cell_runs", "summarise",
-    "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
+    "search", "infeasible", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run", "cell_runs",
+    "summarise", "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
 ]
 
 import functools
@@ -155,6 +155,17 @@ def search(base: Experiment, grid: Sequence[Mapping], rep: int = 0) -> list[Expe
         return [base.replace(G=1, seed=i, **p) for i, p in enumerate(points)]
     return [base.replace(G=len(points), seed=seed, **points[index])
             for _, index, seed in search_schedule(the_plan, rep * REP_SEED)]
+
+
+def infeasible(run: Experiment) -> str | None:
+    """Why ``run`` cannot start (its budget unreachable, or its method unable to run at the plan's noise: a DPDR s
+    whose GDR steps alone exceed the budget), in one line, or None. As cheap to ask again as :func:`search`: its
+    plan and its method's check are computed once per process."""
+    try:
+        search(run, [{}])
+    except ValueError as err:
+        return str(err).splitlines()[0]
+    return None
 
 
 def best_of(runs: Sequence[Experiment], results_dir=results.RESULTS_DIR,

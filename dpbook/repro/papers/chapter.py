@@ -265,13 +265,15 @@ class Chapter(abc.ABC):
 
     def compared(self, cells: Sequence[Hashable]) -> list[dict]:
         """One row per cell: its label, the paper's value, ours (mean ± std over seeds or searches), the
-        difference, its status and details (:func:`dpbook.repro.results.compare`); ``cell`` holds the cell."""
+        difference, its status and details (:func:`dpbook.repro.results.compare`); ``cell`` holds the cell and
+        ``detail_columns`` the headers its :meth:`details` added."""
         rows = results.compare([{**self.label(cell), "cell": cell} for cell in cells],
                                reproduced=lambda row: self.summary(row["cell"])["values"],
                                paper=lambda row: self.paper_row(row["cell"]))
         for row in rows:
             summary = self.summary(row["cell"])
-            row.update(status=summary["status"], **self.details(row["cell"], summary))
+            details = self.details(row["cell"], summary)
+            row.update(status=summary["status"], detail_columns=list(details), **details)
         return rows
 
     def table(self) -> str:
@@ -284,7 +286,7 @@ class Chapter(abc.ABC):
             return (self.caption() + f"*No cell has results yet (0 of {len(rows)}): the paper's values.*\n\n"
                     + results.markdown_table(rows, [*names, "paper", "status"], [*names, "paper (%)", "status"])
                     + reproduce.stand_in_note(self.stand_ins))
-        details = list(dict.fromkeys(k for row in rows for k in self.details(row["cell"], self.summary(row["cell"]))))
+        details = list(dict.fromkeys(k for row in rows for k in row["detail_columns"]))
         return self.caption() + f"*Cells with results: {done} of {len(rows)}.*\n\n" + results.markdown_table(
             rows, [*names, "paper", "reproduced", "difference", "status", *details],
             [*names, "paper (%)", "reproduced (%)", "difference", "status", *details]) + reproduce.stand_in_note(

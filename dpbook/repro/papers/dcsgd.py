@@ -341,11 +341,11 @@ class Reproduction(Chapter):
         return [c for t in self.tables for c in table_cells(t) if self.is_selected(c)]
 
     def spec(self, c: Cell) -> tuple[Experiment, list[dict]]:
-        """(base, grid) of cell ``c``. NAMES has no fixed size: :func:`dpbook.repro.reproduce.measured_size` reads it
-        from the files under ``data_root`` once, for the planning of this process's runs (a FileNotFoundError while
-        they are missing)."""
-        if c.dataset == "names" and not self.smoke:
-            reproduce.measured_size("names", self.data)
+        """(base, grid) of cell ``c``. A dataset without a fixed size in the task registry (NAMES):
+        :func:`dpbook.repro.reproduce.measured_size` reads it from the files under ``data_root`` once, for the
+        planning of this process's runs (a FileNotFoundError while they are missing)."""
+        if TASKS[c.dataset].train_size is None and not self.smoke:
+            reproduce.measured_size(c.dataset, self.data)
         return self.base_of(*c), self.grid_of(c.table, c.method)
 
     def repetitions(self, base: Experiment) -> int:

@@ -246,7 +246,6 @@ class Reproduction(Chapter):
         self.lr_grid, self.adam_lr_grid = listing(self.lr_grid, clean_float), listing(self.adam_lr_grid, clean_float)
         self.C_grid, self.C_perp_grid = listing(self.C_grid, clean_float), listing(self.C_perp_grid, clean_float)
         self.C_alpha_grid, self.C_d_grid = listing(self.C_alpha_grid, clean_float), listing(self.C_d_grid, clean_float)
-        self._feasible: dict = {}
 
     # -- a cell as runs ------------------------------------------------------------------------------------------
 
@@ -337,17 +336,6 @@ class Reproduction(Chapter):
         keys = {k for _, _, k in self.cells}
         return [run for (_, key), pts in points.items() if key in keys for _, run in pts]
 
-    def feasible(self, run: Experiment) -> str | None:
-        """None if the run's method can run at its noise, else the reason (a DPDR s whose GDR steps exceed the
-        budget)."""
-        if run.key() not in self._feasible:
-            try:
-                reproduce.search(run, [{}])   # plans the run and builds its method at the plan's noise
-                self._feasible[run.key()] = None
-            except ValueError as err:
-                self._feasible[run.key()] = str(err).splitlines()[0]
-        return self._feasible[run.key()]
-
     def figure6_points(self) -> tuple[dict, list[str]]:
         """{(panel, key): [(x, run), ...]} at the best Table 1 grid points on fig_dataset, and notes on what is
         missing."""
@@ -377,7 +365,7 @@ class Reproduction(Chapter):
         for panel, pts in points.items():
             keep = []
             for x, run in pts:
-                reason = self.feasible(run)
+                reason = reproduce.infeasible(run)
                 if reason is None:
                     keep.append((x, run))
                 elif f"{panel[0]} = {x}" not in " ".join(notes):
