@@ -99,10 +99,9 @@ IMAGE_MODELS = {  # name -> (builder, input shape, examples: over 16 where the g
     "cifar10_cnn": (models.cifar10_cnn, (3, 32, 32), 19),
     "mnist_cnn_gn": (models.mnist_cnn_gn, (1, 28, 28), 5),  # DPDR's: GroupNorm(gcd(32, C), C) after each conv
     "cifar10_cnn_gn": (models.cifar10_cnn_gn, (3, 32, 32), 17),
-    # the ResNets at 16 x 16: every layer and join they have at a quarter of CIFAR's cost (the last stage at 2 x 2)
-    "resnet18_gn": (models.resnet18_gn, (3, 16, 16), 3),
-    "resnet34_gn": (models.resnet34_gn, (3, 16, 16), 2),
-    "resnet9": (models.resnet9, (3, 16, 16), 3),
+    "resnet18_gn": (models.resnet18_gn, (3, 32, 32), 3),
+    "resnet34_gn": (models.resnet34_gn, (3, 32, 32), 2),
+    "resnet9": (models.resnet9, (3, 32, 32), 3),
     "linear_classifier": (models.linear_classifier, (4096,), 5),
     "digits_cnn": (models.digits_cnn, (1, 8, 8), 20),
     "digits_mlp": (models.digits_mlp, (1, 8, 8), 20),
