@@ -40,7 +40,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from dpbook import accounting, cli
 from dpbook.repro import papers, params, reproduce, results
@@ -281,10 +281,13 @@ def _results_root(path: Path) -> Path:
     return parents[2] if len(parents) > 2 else path.resolve().parent
 
 
-def check_file(path: str | Path, parameters: Mapping[str, Any] | None = None) -> Verdict:
+def check_file(path: str | Path, parameters: Mapping[str, Any] | None = None, *,
+               chapter: Callable[[str, Path], Chapter] | None = None) -> Verdict:
     """Every check of the module docstring on one result file, with the chapter's ``parameters`` (None: its
-    defaults, the paper's settings)."""
+    defaults, the paper's settings). ``chapter(study, root)`` gives the chapter that reads the results under
+    ``root`` (default: :func:`chapter_for`, built for this file alone; :func:`check` builds each once)."""
     path = Path(path)
+    chapter = chapter or (lambda study, root: chapter_for(study, dict(parameters or {}), root))
     if not path.is_file():
         return Verdict(None, ["no such file"])
     try:
@@ -303,7 +306,7 @@ def check_file(path: str | Path, parameters: Mapping[str, Any] | None = None) ->
     except (TypeError, ValueError) as err:
         problems.append(f"its privacy numbers do not read ({err}): rerun the cell")
     try:
-        cell, why = cell_of(chapter_for(exp.study, dict(parameters or {}), _results_root(path)), exp)
+        cell, why = cell_of(chapter(exp.study, _results_root(path)), exp)
     except (TypeError, ValueError) as err:
         return Verdict(None, problems + [str(err)])
     if cell is None:
@@ -314,8 +317,16 @@ def check_file(path: str | Path, parameters: Mapping[str, Any] | None = None) ->
 
 
 def check(paths: Sequence[str | Path], parameters: Mapping[str, Any] | None = None) -> dict[Path, Verdict]:
-    """:func:`check_file` of every result file under ``paths`` (:func:`result_files`)."""
-    return {path: check_file(path, parameters) for path in result_files(paths)}
+    """:func:`check_file` of every result file under ``paths`` (:func:`result_files`), each chapter built once per
+    study and results folder."""
+    built: dict[tuple[str, Path], Chapter] = {}
+
+    def chapter(study: str, root: Path) -> Chapter:
+        if (study, root) not in built:
+            built[study, root] = chapter_for(study, dict(parameters or {}), root)
+        return built[study, root]
+
+    return {path: check_file(path, parameters, chapter=chapter) for path in result_files(paths)}
 
 
 def parser() -> argparse.ArgumentParser:
