@@ -111,7 +111,7 @@ class DPOptimizer:
         # The per-sample engine, chosen once (dpbook.per_sample.engines); Book-Keeping hands over to vmap if it must
         self.engine = engine_for(per_sample, model, loss_fn, method=method.name,
                                  per_sample_vectors=method.per_sample_vectors)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = self.engine.params
         self._check_optimizer_covers_params()
         device = self.params[0].device
         self.noise = GaussianNoise(noise_seed, device=device)
@@ -123,7 +123,7 @@ class DPOptimizer:
 
     def _check_optimizer_covers_params(self) -> None:
         in_optimizer = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
-        missing = [n for n, p in self.model.named_parameters() if p.requires_grad and id(p) not in in_optimizer]
+        missing = [n for n, p in zip(self.engine.names, self.params) if id(p) not in in_optimizer]
         if missing:
             raise ValueError(
                 f"the optimizer does not hold the trainable parameter(s) {missing[:5]}; build it from "

@@ -52,6 +52,15 @@ class VmapEngine:
     def __init__(self, model: nn.Module, loss_fn: _Loss):
         self.gradients = PerSampleGradients(model, loss_fn)
 
+    @property
+    def params(self) -> list[torch.Tensor]:
+        """The model's trainable parameters, in the order of every per-parameter result."""
+        return self.gradients.params
+
+    @property
+    def names(self) -> list[str]:
+        return self.gradients.names
+
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> FormedView:
         grads, norms = self.checked(x, y)
         return FormedView(grads, norms, functools.partial(self._at, x, y))
@@ -79,7 +88,7 @@ class BookKeepingEngine:
 
     def __init__(self, model: nn.Module, loss_fn: _Loss, vmap: VmapEngine):
         self.passes, self.vmap = BookKeeping(model, loss_fn), vmap
-        self.params = vmap.gradients.params
+        self.params, self.names = vmap.params, vmap.names
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> BookKeptView:
         kept = self.passes(x, y)
