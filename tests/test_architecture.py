@@ -23,8 +23,8 @@ REPRO = "dpbook.repro"
 LAYERS = {
     "core": ("dpbook", "dpbook.checks", "dpbook.cli", "dpbook.io", "dpbook.noise", "dpbook.accounting",
              "dpbook.sampling", "dpbook.per_sample", "dpbook.histogram", "dpbook.weights", "dpbook.bounds",
-             "dpbook.tuning", "dpbook.methods", "dpbook.optim", "dpbook.opacus_bridge", "dpbook.train",
-             "dpbook.synthetic"),
+             "dpbook.protocols", "dpbook.tuning", "dpbook.methods", "dpbook.optim", "dpbook.opacus_bridge",
+             "dpbook.train", "dpbook.synthetic"),
     "zoo": ("dpbook.data", "dpbook.models", "dpbook.tasks", "dpbook.audit"),
     "book": (REPRO,),
 }
@@ -225,3 +225,29 @@ def test_no_notebook_or_module_assigns_into_library_state():
 def test_the_state_check_finds_a_planted_write():
     tree = ast.parse("from dpbook.repro import reproduce\nreproduce.TRAIN_SIZES['names'] = 1\nx = {}\nx['a'] = 2\n")
     assert writes_into(tree, dpbook_names(tree)) == ["reproduce.TRAIN_SIZES['names']"]
+
+
+def protocol_dispatch(source: str) -> list[str]:
+    """Comparisons of a protocol's name with a string (``protocol == "none"``, ``plan.charged_protocol != "lt"``,
+    ``protocol in ("rdp", "ps")``): what a protocol class decides belongs in the class."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = [s for s in sides if (getattr(s, "id", None) or getattr(s, "attr", None) or "").endswith("protocol")]
+        strings = [s for s in ast.walk(node) if isinstance(s, ast.Constant) and isinstance(s.value, str)]
+        if named and strings:
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_no_protocol_is_dispatched_on_its_name_outside_the_protocol_classes():
+    files = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if module_name(p) != "dpbook.protocols"}
+    found = {name: protocol_dispatch(path.read_text()) for name, path in files.items()}
+    assert {name: sites for name, sites in found.items() if sites} == {}
+
+
+def test_the_dispatch_check_finds_a_planted_comparison():
+    planted = "if base.protocol == 'none' or plan.charged_protocol in ('rdp', 'ps'):\n    pass\nif x == 'none': pass\n"
+    assert protocol_dispatch(planted) == ["base.protocol == 'none'", "plan.charged_protocol in ('rdp', 'ps')"]

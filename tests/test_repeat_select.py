@@ -27,9 +27,10 @@ from dp_accounting import dp_event
 from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_repeat_and_select
 
 from dpbook import accounting
+from dpbook.protocols import RUN_COUNTS
 from dpbook.repeat_select import RunCount, search_epsilon, search_rdp
 from dpbook.repro.papers.dcsgd import DCSGD_SETTINGS
-from dpbook.tuning import RUN_COUNTS, calibrate_sigma, grid_search, search_schedule, tuning_plan
+from dpbook.tuning import calibrate_sigma, grid_search, search_schedule, tuning_plan
 
 #: dp-accounting's order list for the cross-checks: this book's low, Opacus's and the first high chunk.
 ORDERS = accounting.LOW_ORDERS + accounting.OPACUS_ORDERS + accounting.HIGH_ORDER_CHUNKS[0]
@@ -181,7 +182,7 @@ def test_ps_is_cheaper_than_composition_and_lt_on_the_mnist_setting():
 @pytest.mark.parametrize("distribution", RUN_COUNTS)
 def test_a_ps_plan_charges_what_it_spends(distribution):
     plan = tuning_plan(4.0, 1e-5, 0.01, 1000, G=10, protocol="ps", distribution=distribution)
-    assert plan.count == RUN_COUNTS[distribution](10) and plan.max_runs is None
+    assert plan.charged.count == RUN_COUNTS[distribution](10) and plan.max_runs is None
     assert 4.0 - 0.01 <= plan.total_epsilon <= 4.0
     assert plan.charge([(plan.sigma, 0.01, 1000)]) == plan.charge_limit == plan.total_epsilon
     assert plan.charge([(0.9 * plan.sigma, 0.01, 1000)]) > plan.total_epsilon  # less noise is charged more

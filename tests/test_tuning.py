@@ -5,6 +5,7 @@ reproduction module holds (:mod:`dpbook.repro.papers.dcsgd`)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import dp_accounting
@@ -14,20 +15,24 @@ import pytest
 import dpbook.tuning as tuning
 from dpbook import accounting
 from dpbook.accounting import epsilon, epsilon_of_history, noise_multiplier
-from dpbook.repro.papers.dcsgd import DCSGD_SETTINGS, GRID_SIZES, GRID_SIZES_SGD, paper_grid, paper_table
-from dpbook.sampling import PoissonSampler
-from dpbook.tuning import (
+from dpbook.protocols import (
     LT_DELTA2,
     PROTOCOLS,
-    calibrate_sigma,
-    grid_search,
+    FreeTuning,
+    LiuTalwar,
+    Protocol,
     lt_expected_runs,
     lt_gamma,
     lt_max_runs,
     lt_theorem,
-    per_run_budget,
-    tuning_plan,
+    make_protocol,
 )
+from dpbook.repeat_select import RunCount
+from dpbook.repro.experiment import Experiment, plan_of
+from dpbook.repro.papers.dcsgd import DCSGD_SETTINGS, GRID_SIZES, GRID_SIZES_SGD, paper_grid, paper_table
+from dpbook.repro.results import RESULTS_DIR
+from dpbook.sampling import PoissonSampler
+from dpbook.tuning import calibrate_sigma, grid_search, per_run_budget, tuning_plan
 
 MNIST = DCSGD_SETTINGS["mnist"]            # N = 60000, 10 epochs, B = 256: q = 0.00427, T = 2340, delta = 1/N
 Q, T, DELTA = MNIST.sample_rate, MNIST.steps, MNIST.delta
@@ -285,14 +290,14 @@ def test_runner_lt_is_random_stopping_charged_by_theorem_1():
     calls = []
     result = grid_search(GRID, fake_train(calls), protocol="lt", metric="accuracy", seed=3, **FAST)
     plan = result.plan
-    assert plan.charged_protocol == "lt" and plan.gamma == 1 / (2 * len(GRID))
+    assert plan.charged_protocol == "lt" and plan.charged.gamma == 1 / (2 * len(GRID))
     assert result.sigma == calibrate_sigma(G=len(GRID), protocol="lt", **FAST)
     assert 1 <= len(result.runs) <= plan.max_runs
     assert all(0 <= r.grid_index < len(GRID) and r.hyperparameters == GRID[r.grid_index] for r in result.runs)
     assert result.best.metric == max(r.metric for r in result.runs)
     eps1, delta1 = per_run_budget(FAST["epsilon"], FAST["delta"], len(GRID))
     assert plan.per_run_delta == delta1 and plan.per_run_epsilon <= eps1
-    assert (result.total_epsilon, result.total_delta) == lt_theorem(plan.per_run_epsilon, delta1, plan.gamma)
+    assert (result.total_epsilon, result.total_delta) == lt_theorem(plan.per_run_epsilon, delta1, plan.charged.gamma)
     assert result.total_epsilon <= 4.0 and result.total_delta <= 1e-5
     again = grid_search(GRID, fake_train([]), protocol="lt", metric="accuracy", seed=3, **FAST)
     assert [r.grid_index for r in again.runs] == [r.grid_index for r in result.runs]   # seeded, reproducible
@@ -399,6 +404,32 @@ def test_grid_search_bad_input_names_the_parameter(grid, train, kwargs, name):
     args = dict(FAST, protocol="rdp") | kwargs
     with pytest.raises(ValueError, match=rf"^(unknown )?{name}"):
         grid_search(grid, train, **args)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The protocols as objects
+# --------------------------------------------------------------------------------------------------------------
+
+def test_every_protocol_is_registered_under_its_name():
+    assert list(PROTOCOLS) == ["none", "rdp", "lt", "ps"]
+    for name, cls in PROTOCOLS.items():
+        assert issubclass(cls, Protocol) and cls.name == name and cls.summary
+        assert make_protocol(name, G=1) == FreeTuning(1)  # one point: nothing is selected, whatever was asked
+        assert type(make_protocol(name, G=3)) is cls and make_protocol(name, G=3).G == 3
+    assert [cls.free for cls in PROTOCOLS.values()] == [True, False, False, False]  # the re-run rule
+    assert [cls.tag(10) for cls in PROTOCOLS.values()] == ["none", "rdp10", "lt10", "ps10"]
+    assert make_protocol("lt", 4, delta2=1e-15) == LiuTalwar(4, delta2=1e-15)
+    assert make_protocol("ps", 4, distribution="poisson").count == RunCount.poisson(4)
+    assert not FreeTuning(3).selection_charged and FreeTuning(1).selection_charged
+
+
+@pytest.mark.parametrize("name", list(PROTOCOLS))
+def test_a_committed_run_holds_the_plan_todays_protocol_makes(name):
+    """A recorded run's plan is what today's code plans for its experiment, key for key and bit for bit (the
+    protocols became objects without moving a number)."""
+    path = sorted((RESULTS_DIR / "digits-benchmark" / "psasc").glob(f"digits_eps8_{name}*.json"))[0]
+    record = json.loads(path.read_text())
+    assert plan_of(Experiment(**record["experiment"]), record["N"]).record() == record["plan"]
 
 
 def test_lt_delta2_is_the_papers():

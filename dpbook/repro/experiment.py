@@ -59,10 +59,11 @@ from dpbook.methods import METHODS
 from dpbook.methods.base import Method
 from dpbook.methods.registry import check_hyperparameter_names, hyperparameter_names
 from dpbook.optim import PER_SAMPLE_ENGINES
+from dpbook.protocols import PROTOCOLS
 from dpbook.repro import params, results
 from dpbook.tasks import TASKS, Task
 from dpbook.train import StaleCheckpointError, Trainer
-from dpbook.tuning import PROTOCOLS, TuningPlan, tuning_plan
+from dpbook.tuning import TuningPlan, tuning_plan
 
 OPTIMIZERS = ("adam", "sgd", "sgd-momentum")
 """``"adam"``: PyTorch defaults except the learning rate; ``"sgd"``: plain SGD; ``"sgd-momentum"``: momentum 0.9."""
@@ -120,7 +121,7 @@ class Experiment:
         checks.integer("seed", self.seed, minimum=0)
         if self.train_size is not None:
             checks.integer("train_size", self.train_size)
-        if self.protocol == "none" and self.G != 1:
+        if PROTOCOLS[self.protocol].free and self.G != 1:
             object.__setattr__(self, "G", 1)  # free tuning: every grid point is one run at the whole budget
         # One run, one key: numbers take their field's type (epsilon=4 is epsilon=4.0, a numpy float a float), and
         # every hyperparameter is checked and converted against the method's own signature (C=1 is C=1.0).
@@ -138,7 +139,7 @@ class Experiment:
 
     def path(self, results_dir: str | Path = results.RESULTS_DIR) -> Path:
         """``<results_dir>/<study>/<method>/eps<epsilon>_<protocol><G>_seed<seed>_<key>.json``."""
-        search = "none" if self.protocol == "none" else f"{self.protocol}{self.G}"
+        search = PROTOCOLS[self.protocol].tag(self.G)
         smoke = "smoke_" if self.smoke else ""
         name = f"{smoke}{self.dataset}_eps{self.epsilon:g}_{search}_seed{self.seed}_{self.key()}.json"
         return Path(results_dir) / self.study / self.method / name
@@ -421,7 +422,7 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
         "key": exp.key(),
         "N": N, "N_test": len(splits.x_test), "steps": trainer.T, "sample_rate": plan.sample_rate,
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "plan": {k: v for k, v in dataclasses.asdict(plan).items() if v is not None},
+        "plan": plan.record(),
         "sigma": plan.sigma,
         "method_noise": {"noise_multiplier_first_step": trainer.engine.ledger.history[0][0]
                          if trainer.engine.ledger.history else None},

@@ -1,7 +1,7 @@
 r"""Table cells as runs: searches, re-runs of the best point, and the numbers a "paper vs reproduced" table shows.
 
 A cell of a paper's table is one (dataset, model, method, epsilon, protocol) with a hyperparameter grid. How it is
-filled depends on the protocol (DC-SGD's three and Papernot and Steinke's, :mod:`dpbook.tuning`):
+filled depends on the protocol's re-run rule (DC-SGD's three and Papernot and Steinke's, :mod:`dpbook.protocols`):
 
 ``"none"`` (no tuning cost; DC-SGD Tables IV, V, VIII, DPDR Table 1, DP-PSASC Table III)
     Every grid point trained once at the whole budget (seed = its index), then the best point re-trained with
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 __all__ = [
     "REP_SEED", "STAND_INS", "measured_size", "stand_in", "stand_in_note", "training_size", "plan", "RUN_FIELDS",
-    "search", "infeasible", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run", "cell_runs",
-    "summarise", "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
+    "free", "search", "infeasible", "best_of", "reruns", "chosen_point", "planned_runs", "cell", "best_run",
+    "cell_runs", "summarise", "empty_summary", "summary_or_unreachable", "within_budget", "train_until_done"
 ]
 
 import functools
@@ -40,6 +40,7 @@ import torch
 
 from dpbook import data
 from dpbook.methods import METHODS
+from dpbook.protocols import PROTOCOLS
 from dpbook.repro import results
 from dpbook.repro.experiment import Experiment, load_task_data, plan_of
 from dpbook.repro.sweep import run_all
@@ -107,6 +108,13 @@ def plan(base: Experiment, G: int) -> TuningPlan:
     return plan_of(base.replace(G=G), training_size(base))
 
 
+def free(base: Experiment) -> bool:
+    """The re-run rule of the cell's protocol (:attr:`dpbook.protocols.Protocol.free`): True when tuning is free,
+    so that the grid is trained once and its best point re-trained with every seed; False when every repetition is a
+    whole search, charged."""
+    return PROTOCOLS[base.protocol].free
+
+
 def _check_feasible(base: Experiment, grid: Sequence[Mapping], the_plan: TuningPlan) -> None:
     """Build and bind the method at the plan's noise for every grid point: a ValueError names the first
     constraint violated (e.g. DPDR's GDR steps alone overspend, or Andrew et al.'s 2 sigma_b <= sigma), so that a
@@ -151,7 +159,7 @@ def search(base: Experiment, grid: Sequence[Mapping], rep: int = 0) -> list[Expe
     points = [_split(base, point) for point in grid]
     the_plan = plan(base, len(points))
     _check_feasible(base, [p["hyperparameters"] for p in points], the_plan)
-    if base.protocol == "none":
+    if free(base):
         return [base.replace(G=1, seed=i, **p) for i, p in enumerate(points)]
     return [base.replace(G=len(points), seed=seed, **points[index])
             for _, index, seed in search_schedule(the_plan, rep * REP_SEED)]
@@ -198,7 +206,7 @@ def chosen_point(run: Experiment, base: Experiment) -> dict:
 
 def planned_runs(base: Experiment, grid: Sequence[Mapping], seeds: int) -> list[Experiment]:
     """Every run the cell needs that is known before any result: the grid ("none") or all n searches."""
-    if base.protocol == "none":
+    if free(base):
         runs = search(base, grid)
         return runs if len(runs) > 1 else [runs[0].replace(seed=s) for s in range(seeds)]
     return [run for rep in range(seeds) for run in search(base, grid, rep)]
@@ -212,7 +220,7 @@ def cell(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=resu
     """
     K = []
     try:
-        if base.protocol == "none":
+        if free(base):
             runs = reruns(base, grid, seeds, results_dir)
             found = [results.read_result(r.path(results_dir)) for r in runs if r.path(results_dir).exists()]
             values = [results.final_metric(r) for r in found]
@@ -250,7 +258,7 @@ def cell_runs(base: Experiment, grid: Sequence[Mapping], seeds: int,
     """What the cell needs trained now: its planned runs, then (protocol "none", once the grid is complete) the
     re-runs of its best point."""
     runs = planned_runs(base, grid, seeds)
-    return runs + reruns(base, grid, seeds, results_dir) if base.protocol == "none" else runs
+    return runs + reruns(base, grid, seeds, results_dir) if free(base) else runs
 
 
 def summarise(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir=results.RESULTS_DIR) -> dict:
@@ -261,7 +269,7 @@ def summarise(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir
     ``records``: the result records of its re-runs found. A ValueError when the cell is unreachable.
     """
     best, records = None, []
-    if base.protocol == "none":
+    if free(base):
         best = best_run(base, grid, results_dir)
         if best is None:
             done = sum(run.path(results_dir).exists() for run in search(base.replace(protocol="none"), grid))
@@ -274,7 +282,7 @@ def summarise(base: Experiment, grid: Sequence[Mapping], seeds: int, results_dir
     n = len(the_cell["values"])
     if n == seeds:
         status = "done"
-    elif base.protocol == "none":
+    elif free(base):
         status = f"grid done, {n}/{seeds} seeds"
     else:
         status = f"{n}/{seeds} searches done" if n else "not run yet"

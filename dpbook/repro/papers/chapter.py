@@ -186,7 +186,7 @@ class Chapter(abc.ABC):
             raise ValueError(f"waits for {self.prerequisite(cell)}'s grid")
         base, grid = found
         runs = reproduce.planned_runs(base, grid, self.repetitions(base))
-        if base.protocol == "none" and len(grid) > 1:
+        if reproduce.free(base) and len(grid) > 1:
             runs += [runs[0].replace(seed=s) for s in range(self.repetitions(base))]
         return list({run.key(): run for run in runs}.values())
 

@@ -349,7 +349,7 @@ class Reproduction(Chapter):
         return self.base_of(*c), self.grid_of(c.table, c.method)
 
     def repetitions(self, base: Experiment) -> int:
-        return self.seeds if base.protocol == "none" else self.searches
+        return self.seeds if reproduce.free(base) else self.searches
 
     def table_of(self, c: Cell) -> str:
         return c.table
