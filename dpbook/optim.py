@@ -60,7 +60,7 @@ def check_fresh(method: Method) -> None:
 def release(method: Method, acc: dict, noise: GaussianNoise) -> tuple[list[torch.Tensor], dict]:
     """The method's noisy sum of one step's accumulators, and the step's info: the noise multiplier the step costs
     (fixed before the release updates any state) and the method's released diagnostics."""
-    sigma = method.noise_multiplier()
+    sigma = method.noise_multiplier(acc["releases"])
     noisy_sum = method.release(acc, noise)
     return noisy_sum, {"noise_multiplier": sigma, **released_diagnostics(method)}
 

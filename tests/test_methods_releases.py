@@ -1,4 +1,4 @@
-"""Every registered method declares its releases once, adds exactly the noise it declares, and is charged the
+"""Every registered method declares its releases once a step, adds exactly the noise it declares, and is charged the
 multiplier derived from them (``Method.releases``, ``Method.noise_multiplier``). One test over the registry
 replaces the per-method checks that std = multiplier x sensitivity."""
 
@@ -84,6 +84,18 @@ def test_each_step_adds_the_declared_noise_and_is_charged_their_composition(name
         assert declared[0].in_gradient and gradient_sensitivity(declared) > 0
         if len(declared) == 1:
             assert charged == declared[0].noise_multiplier  # to the bit
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_a_step_declares_its_releases_once(name):
+    """The engine's step asks the method for its releases once, when its accumulators start: the multiplier the
+    accountant records and every noise drawn read that one declaration."""
+    method = METHODS[name](**hyperparameters(name))
+    calls, declare = [], method.releases
+    method.releases = lambda: calls.append(method.t) or declare()  # the instance's, for this test
+    steps = run_steps(method)  # which asks for them once itself before each step
+    assert calls == [t for t in range(STEPS) for _ in range(2)]
+    assert all(stds == [r.noise_std for r in declared] for declared, _, stds in steps)
 
 
 @pytest.mark.parametrize("name", ["dcsgd-p", "dcsgd-e", "adaclip"])

@@ -80,9 +80,9 @@ class World:
             inside = self.canary and (present is None or present[t])
             grads = grads if inside else [g[:self.n_background] for g in grads]
             n = len(grads[0])
-            out.noise_multipliers.append(method.noise_multiplier())  # declared before the release
-            out.sensitivities.append(gradient_sensitivity(method.releases()))
-            acc = method.start(zeros())
+            acc = method.start(zeros())  # the step's releases, declared before any example is seen
+            out.noise_multipliers.append(method.noise_multiplier(acc["releases"]))
+            out.sensitivities.append(gradient_sensitivity(acc["releases"]))
             view = FormedView(grads, flat_norms(grads), _grads_at(grads, canary=inside))
             method.accumulate(acc, MicroBatch(view, torch.arange(n)))
             released = method.release(acc, noise)

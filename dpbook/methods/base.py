@@ -263,17 +263,19 @@ class Method(abc.ABC):
     def releases(self) -> tuple[Release, ...]:
         """The Gaussian releases of the coming step, the statistic the optimizer receives first."""
 
-    def noise_multiplier(self) -> float:
-        r"""The multiplier the accountant records for the coming step, derived from :meth:`releases`: the releases
-        share one Poisson batch, so they are one subsampled Gaussian mechanism at
-        :math:`\sigma_{\mathrm{eff}} = (\sum_j\sigma_j^{-2})^{-1/2}` of their multipliers :math:`\sigma_j` (privacy
-        hygiene rule 4). No method overrides it."""
-        return sigma_eff(*(r.noise_multiplier for r in self.releases()))
+    def noise_multiplier(self, releases: Sequence[Release] | None = None) -> float:
+        r"""The multiplier the accountant records for the coming step, derived from its releases (``releases``, a
+        step's as :meth:`start` declared them, or :meth:`releases`): the releases share one Poisson batch, so they
+        are one subsampled Gaussian mechanism at :math:`\sigma_{\mathrm{eff}} = (\sum_j\sigma_j^{-2})^{-1/2}` of
+        their multipliers :math:`\sigma_j` (privacy hygiene rule 4). No method overrides it."""
+        return sigma_eff(*(r.noise_multiplier for r in (self.releases() if releases is None else releases)))
 
     # --- the step -----------------------------------------------------------------------------------
     def start(self, params: Sequence[torch.Tensor]) -> dict:
-        """Fresh accumulators for one logical batch (by default, the running sum of contributions)."""
-        return {"sum": [torch.zeros_like(p) for p in params], "n": 0}
+        """Fresh accumulators for one logical batch: the running sum of contributions, their count, and the step's
+        releases, declared once here (``acc["releases"]``, :meth:`releases`), before any example is seen: the
+        accountant's multiplier and every noise the step draws read them. A method adds its own accumulators."""
+        return {"sum": [torch.zeros_like(p) for p in params], "n": 0, "releases": self.releases()}
 
     @abc.abstractmethod
     def accumulate(self, acc: dict, mb: MicroBatch) -> None:
@@ -281,7 +283,8 @@ class Method(abc.ABC):
 
     @abc.abstractmethod
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        """The noisy sum of contributions (the engine divides it by :math:`B`)."""
+        """The noisy sum of contributions (the engine divides it by :math:`B`), its noise that of the step's
+        declared releases, ``acc["releases"]``."""
 
     def advance(self) -> None:
         """Move to the next step."""
@@ -337,7 +340,7 @@ class ScaledSum(Method):
         acc["n"] += mb.n
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = self.releases()[0].noise_std
+        std = acc["releases"][0].noise_std
         for s in acc["sum"]:  # in place: one parameter's noise at a time, no second copy of the model's size
             s.add_(noise.like(s, std))
         return acc["sum"]

@@ -372,7 +372,7 @@ class DCSGD(ScaledSum):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         noisy_sum = super().release(acc, noise)  # Alg. 1 l.8: + N(0, sigma_T^2 C_t^2 I_d), drawn first
-        H = noisy_histogram(acc["H"], self.releases()[1].noise_std, noise).cpu()  # Alg. 2 l.5, drawn second
+        H = noisy_histogram(acc["H"], acc["releases"][1].noise_std, noise).cpu()  # Alg. 2 l.5, drawn second
         C_next, R_next, info = self.adapt(H.numpy())  # Alg. 1 l.11: post-processing of H~ only
         self.last_release = {"H": H, "C": self.C, "R": self.R}
         self._next = (C_next, R_next)

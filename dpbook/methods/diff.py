@@ -113,7 +113,7 @@ class _DifferenceMethod(Method):
         return (Release("difference", self.C_d, self.sigma),)
 
     def start(self, params: Sequence[torch.Tensor]) -> dict:
-        return {"sum": [torch.zeros_like(p) for p in params], "n": 0, "norm": 0.0, "difference": 0.0, "clipped": 0}
+        return super().start(params) | {"norm": 0.0, "difference": 0.0, "clipped": 0}
 
     def _add(self, acc: dict, mb: MicroBatch, c: torch.Tensor, diff_norms: torch.Tensor | None,
              contributions: MicroBatch | None = None):
@@ -128,7 +128,7 @@ class _DifferenceMethod(Method):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         restart = self.is_restart()
-        std = self.releases()[0].noise_std
+        std = acc["releases"][0].noise_std
         noisy = [s + noise.like(s, std) for s in acc["sum"]]
         released = noisy if restart else [s + self.B * v for s, v in zip(noisy, self.previous)]  # + B g~_{t-1}
         self.previous = [r / self.B for r in released]  # the released gradient, as the optimizer sees it

@@ -296,7 +296,7 @@ class DPDR(Method):
 
     # --- the step -----------------------------------------------------------------------------------------------
     def start(self, params: Sequence[torch.Tensor]) -> dict:
-        acc = {"sum": [torch.zeros_like(p) for p in params], "n": 0, "norm": 0.0, "clipped": 0}
+        acc = super().start(params) | {"norm": 0.0, "clipped": 0}
         if self.is_gdr_step():
             zeros = self.released_norms.new_zeros(len(params))
             acc.update(ca=zeros.clone(), A=zeros.clone(), orthogonal=0.0, difference=0.0, clipped_alpha=0)
@@ -324,7 +324,7 @@ class DPDR(Method):
             total.add_(part)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = [r.noise_std for r in self.releases()]
+        std = [r.noise_std for r in acc["releases"]]
         if self.is_gdr_step():
             P = [s - ca * b for s, ca, b in zip(acc["sum"], acc["ca"], self.b)]   # sum_i c_i p_i^(l)
             g_perp = [p + noise.like(p, std[0]) for p in P]                     # sigma_perp C_perp
