@@ -76,7 +76,7 @@ check: $(STAMP)
 # the test tools, then the test suite in it: the library, its command lines and the reproduction machinery (sweeps on
 # submitit, the dry run's BERT, the audits, the accountants against dp-accounting), about 3 minutes and 5.5 GB of
 # install from the package index (PyPI: the old torch and its CUDA libraries), then the suite's time. CI runs the
-# install beside `make check`. Two parts of the suite run in `make test` only, at the pinned versions: the notebooks
+# install beside `make install`. Two parts of the suite run in `make test` only, at the pinned versions: the notebooks
 # (marker `notebook`: each chapter executed with papermill; their opening cells, the library code they call and
 # their parameter checks run here too) and the README's and the book's commands (marker `documented`).
 OLDEST_PYTHON ?= python3.10
@@ -84,7 +84,7 @@ OLDEST := .venv-oldest
 oldest: oldest-install
 	@$(MAKE) --no-print-directory oldest-test
 
-# The two halves of `make oldest`: `.ci/run` runs the install (mostly a download) beside `make check`.
+# The two halves of `make oldest`: `.ci/run` runs the install (mostly a download) beside `make install`.
 oldest-install:
 	@$(OLDEST_PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null || { \
 	  echo "dpbook: 'make oldest' needs Python 3.10, the oldest dpbook supports, as OLDEST_PYTHON ('$(OLDEST_PYTHON)' is not):"; \

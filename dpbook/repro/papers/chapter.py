@@ -19,14 +19,14 @@ the book walks through a new one.
 
 from __future__ import annotations
 
-__all__ = ["OPERATIONAL", "Chapter", "method_labels"]
+__all__ = ["OPERATIONAL", "MODES", "Chapter", "method_labels"]
 
 import abc
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Hashable, Iterable, Mapping, Sequence
+from typing import Callable, ClassVar, Hashable, Iterable, Mapping, Sequence
 
-from dpbook import cli
+from dpbook import checks, cli
 from dpbook.data import DatasetNotFoundError
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item, coverage_table
@@ -48,6 +48,9 @@ def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = No
 
 #: The parameters of every chapter that say where and how its runs execute, not what they compute.
 OPERATIONAL = ("device", "stand_ins", "data_root", "download", "results_dir", "smoke", "jobs")
+
+#: A reproduction notebook's ``mode``: what each does.
+MODES = {"render": "reads the recorded result files and trains nothing", "run": "trains the selected cells first"}
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Chapter(abc.ABC):
         self.results = results.repo_path(self.results_dir)
         self.data = results.repo_path(self.data_root)
         self._summaries: dict[Hashable, dict] = {}
+        self._compared: dict[tuple, list[dict]] = {}  # compared(cells), once per cells while the results stand
         self.unreachable: dict[str, str] = {}   # run mode's notes: a cell that cannot run -> why
         self.missing: dict[str, str] = {}       # a cell whose data is missing -> the error
         self.assume_first = False               # the dry run's: a prerequisite's best point is its first point
@@ -230,7 +234,25 @@ class Chapter(abc.ABC):
         done = reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
                                           data_root=self.data, download=self.download)
         self._summaries.clear()
+        self._compared.clear()
         return list(done["failed"].items()) + list(self.missing.items())
+
+    def filled(self, mode: str, *measurements: Callable[["Chapter"], list[tuple[str, str]]]) -> list[tuple[str, str]]:
+        """A reproduction notebook's step of its ``mode`` (:data:`MODES`): ``"run"`` trains (:meth:`run`), then takes
+        the chapter's ``measurements`` (DC-SGD's figures measured inside training), and returns their failures;
+        ``"render"`` trains nothing and says so. :meth:`finish` raises the failures at the end of the page."""
+        checks.one_of("mode", mode, MODES)
+        if mode != "run":
+            print("render mode: nothing is trained; the tables and figures show the recorded result files")
+            return []
+        return self.run() + [failure for measure in measurements for failure in measure(self)]
+
+    @staticmethod
+    def finish(failures: Sequence[tuple[str, str]]) -> None:
+        """The end of a reproduction notebook: a RuntimeError naming the runs that failed and the cells whose data is
+        missing (:meth:`filled`'s), so that a run of the notebook fails, after the page has shown what it could."""
+        if failures:
+            raise RuntimeError(f"{len(failures)} run(s) failed: " + "; ".join(str(what) for what, _ in failures))
 
     def check_data(self) -> None:
         """Load once each dataset the selected runs train on: a missing one is a
@@ -266,7 +288,10 @@ class Chapter(abc.ABC):
     def compared(self, cells: Sequence[Hashable]) -> list[dict]:
         """One row per cell: its label, the paper's value, ours (mean ± std over seeds or searches), the
         difference, its status and details (:func:`dpbook.repro.results.compare`); ``cell`` holds the cell and
-        ``detail_columns`` the headers its :meth:`details` added."""
+        ``detail_columns`` the headers its :meth:`details` added. Computed once per ``cells`` (a page shows the same
+        rows in its table and its detail)."""
+        if tuple(cells) in self._compared:
+            return self._compared[tuple(cells)]
         rows = results.compare([{**self.label(cell), "cell": cell} for cell in cells],
                                reproduced=lambda row: self.summary(row["cell"])["values"],
                                paper=lambda row: self.paper_row(row["cell"]))
@@ -274,6 +299,7 @@ class Chapter(abc.ABC):
             summary = self.summary(row["cell"])
             details = self.details(row["cell"], summary)
             row.update(status=summary["status"], detail_columns=list(details), **details)
+        self._compared[tuple(cells)] = rows
         return rows
 
     def table(self) -> str:

@@ -29,6 +29,7 @@ import collections
 import functools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
@@ -53,7 +54,8 @@ OPTIMIZER = {"II": "adam", "III": "adam", "IV": "adam", "V": "sgd-momentum", "VI
 PAPER_EPOCHS = {"mnist_cnn": 10, "resnet18_gn": 20, "resnet34_gn": 20, "bert_base": 5, "char_lstm": 20}
 MODEL_NAMES = {"mnist_cnn": "CNN", "resnet18_gn": "ResNet18", "resnet34_gn": "ResNet34", "bert_base": "BERT-base",
                "char_lstm": "LSTM"}
-DATASET_NAMES = {"mnist": "MNIST", "cifar10": "CIFAR10", "svhn": "SVHN", "qnli": "QNLI", "names": "NAMES"}
+#: The paper's datasets, in its tables' order, by their titles in the task registry.
+DATASET_NAMES = {key: TASKS[key].title for key in ("mnist", "cifar10", "svhn", "qnli", "names")}
 #: The methods the paper compares, in its tables' order, and their labels (the paper calls Auto-S "AutoClip").
 COMPARED = ("dpsgd", "dcsgd-p", "dcsgd-e", "adaclip", "dynamic", "autos")
 LABELS = method_labels(COMPARED, {"autos": "AutoClip"})
@@ -145,12 +147,23 @@ class Setting:
         return 1 / self.N
 
 
-#: The paper's four main settings: epochs (Sec. V-C) and models; the training-set sizes (Appendix D) are the
-#: standard splits' of the task registry.
+def _setting(dataset: str, models: tuple[str, ...]) -> Setting:
+    """The setting of ``dataset`` trained with ``models`` (which share their epochs): its title and N from the task
+    registry, its epochs from :data:`PAPER_EPOCHS`, its models named as one label ("ResNet18/34")."""
+    epochs = {PAPER_EPOCHS[m] for m in models}
+    assert len(epochs) == 1, f"{dataset}'s models {models} train for different epochs"
+    names = [MODEL_NAMES[m] for m in models]
+    shared = os.path.commonprefix(names)
+    label = "/".join([names[0], *(name[len(shared):] for name in names[1:])])
+    return Setting(TASKS[dataset].title, TASKS[dataset].train_size, epochs.pop(), label)
+
+
+#: The paper's four main settings: their models (Sec. V-C, with their epochs in :data:`PAPER_EPOCHS`); the
+#: training-set sizes (Appendix D) are the standard splits' of the task registry.
 DCSGD_SETTINGS: dict[str, Setting] = {
-    key: Setting(TASKS[key].title, TASKS[key].train_size, epochs, model)
-    for key, epochs, model in (("mnist", 10, "CNN"), ("cifar10", 20, "ResNet18/34"), ("svhn", 20, "ResNet18/34"),
-                               ("qnli", 5, "BERT-base"))
+    dataset: _setting(dataset, models)
+    for dataset, models in (("mnist", ("mnist_cnn",)), ("cifar10", ("resnet18_gn", "resnet34_gn")),
+                            ("svhn", ("resnet18_gn", "resnet34_gn")), ("qnli", ("bert_base",)))
 }
 
 PAPER_SYMBOLS = {"C0": "C_0"}  # paper_grid's names -> the methods' keyword arguments
