@@ -102,6 +102,7 @@ __all__ = [
     "lt_gamma", "lt_max_runs", "lt_expected_runs", "lt_theorem", "RUN_COUNTS", "run_count",
 ]
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -430,7 +431,7 @@ class RandomSearch(Protocol):
         return [(order, int(index), seed + order) for order, index in enumerate(rng.integers(self.G, size=K))]
 
     def record(self):
-        return {"count": {"mean": self.count.mean, "shape": self.count.shape}}
+        return {"count": dataclasses.asdict(self.count)}
 
 
 #: The protocols by name, in the order of the book's tables.
