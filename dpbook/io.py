@@ -1,11 +1,14 @@
-"""Atomic writes: a checkpoint or a result file is either the old one or the complete new one, never half; and
-resumable records of long commands (:func:`resumable`)."""
+"""Atomic writes: a checkpoint or a result file is either the old one or the complete new one, never half;
+resumable records of long commands (:func:`resumable`); and the paths a command reads and writes, checked at the
+door (:func:`writable`, and the :class:`~dpbook.checks.Domain` of a folder, a file to write and a file to read)."""
 
 from __future__ import annotations
 
-__all__ = ["MODE", "atomic_torch_save", "atomic_write_json", "remove_stale_temporaries", "claimed", "resumable"]
+__all__ = ["MODE", "atomic_torch_save", "atomic_write_json", "remove_stale_temporaries", "claimed", "resumable",
+           "writable", "folder", "output_file", "input_file"]
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -14,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+from dpbook.checks import Domain, Refused
 
 #: Files written here are readable by everyone, like any file the user writes (mkstemp's own default is 0600).
 MODE = 0o644
@@ -112,3 +117,75 @@ def resumable(path: Path, parameters: dict, key: str, *, force: bool, parser: ar
         return claimed(path, parameters)[key]
     except ValueError as error:
         parser.error(f"{error}; choose another --output or move it away, or pass --force to start afresh")
+
+
+def writable(path: str | Path, fix: str = "the folder results are written to") -> Path:
+    """``path`` as a folder this process can write in, or can create: the folder, else its nearest existing parent,
+    is tried with a temporary file (nothing is left behind, nothing is created), so that a read-only or misspelt
+    location stops a command before its first run; a ValueError says which and why.
+
+    >>> writable("/dev/null/results")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot write in '/dev/null/results' (NotADirectoryError: Not a directory): choose a folder you can ...
+    """
+    if not str(path).strip():
+        raise ValueError(f"is empty ({fix})")
+    there = Path(path).absolute()
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    try:
+        if not there.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
+        with tempfile.TemporaryFile(dir=there):
+            pass
+    except OSError as err:
+        raise ValueError(f"cannot write in {str(path)!r} ({type(err).__name__}: {err.strerror or err}): choose a "
+                         f"folder you can write to ({fix})") from None
+    return Path(path)
+
+
+def folder(fix: str = "the folder results are written to") -> Domain:
+    """A folder this process can write in (:func:`writable`)."""
+    def read(given: str) -> Path:
+        try:
+            return writable(given, fix)
+        except ValueError as err:
+            raise Refused(str(err)) from None
+
+    return Domain("a folder you can write in", read, fix=fix, bad=("/dev/null/folder",))
+
+
+def output_file(fix: str = "the JSON file the results are written to") -> Domain:
+    """A file to write: not a folder, in a folder this process can write in."""
+    def read(given: str) -> Path:
+        path = Path(given)
+        if path.is_dir() or not given.strip() or given.endswith("/"):
+            raise Refused(f"{given!r} is a folder, not a file: give a file name such as {Path(given, 'out.json')} "
+                           f"({fix})")
+        folder(fix)(str(path.parent))
+        return path
+
+    return Domain("a file you can write", read, fix=fix, bad=(".", "/dev/null/out.json"))
+
+
+def input_file(kind: str, load: Callable[[Path], Any] | None = None, fix: str = "", *,
+               folders: bool = False) -> Domain:
+    """An existing file of ``kind`` (or a folder, where ``folders`` and ``load`` reads one); ``load(path)``, when
+    given, must read it (its error says why it cannot), so that a damaged or wrong file stops the command at the
+    door. The value is the path."""
+    def read(given: str) -> Path:
+        path = Path(given)
+        if not (path.is_file() or (folders and path.is_dir())):
+            state = "is a folder" if path.is_dir() else "does not exist"
+            raise Refused(f"{given!r} {state}: give the path of {kind}" + (f" ({fix})" if fix else ""))
+        if load is not None:
+            try:
+                load(path)
+            except (ValueError, KeyError, TypeError, OSError) as err:
+                detail = str(err)
+                why = detail if detail.startswith(given) else f"{given} is not {kind} ({type(err).__name__}: {detail})"
+                raise Refused(why + (f": {fix}" if fix else "")) from None
+        return path
+
+    return Domain(kind, read, fix=fix, bad=("no/such/file.json",) + (() if folders else (".",)))

@@ -424,7 +424,7 @@ def test_ledger_zero_noise_is_infinite_epsilon():
 
 def test_ledger_rejects_bad_input():
     ledger = PrivacyLedger()
-    with pytest.raises(ValueError, match="noise_multiplier must be >= 0"):
+    with pytest.raises(ValueError, match="noise_multiplier must be a number >= 0"):
         ledger.record(-1.0, 0.01)
     with pytest.raises(ValueError, match=r"sample_rate must be in \(0, 1\]"):
         ledger.record(1.0, 0.0)
@@ -508,7 +508,7 @@ def test_sigma_eff_is_below_each_sigma(values):
     (lambda: sigma_delta(3.0, 1.5), r"sigma_b: 2 \* sigma_b must exceed sigma .*sigma_b=1.5, sigma=3.0"),
     (lambda: sigma_delta(math.inf, 1.5), r"sigma must be a finite number > 0, got inf"),
     (lambda: sigma_eff(), r"sigma_eff needs at least one noise multiplier"),
-    (lambda: sigma_eff(1.0, -1.0), r"sigmas\[1\] must be >= 0"),
+    (lambda: sigma_eff(1.0, -1.0), r"sigmas\[1\] must be a number >= 0"),
     (lambda: sigma_eff(math.nan), r"sigmas\[0\] must be a real number, not NaN"),
 ])
 def test_split_errors(call, message):
@@ -524,7 +524,7 @@ GOOD = dict(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5)
 
 
 @pytest.mark.parametrize("name, value, message", [
-    ("noise_multiplier", -0.5, r"noise_multiplier must be >= 0 .*got -0.5"),
+    ("noise_multiplier", -0.5, r"noise_multiplier must be a number >= 0 .*got -0.5"),
     ("noise_multiplier", math.nan, r"noise_multiplier must be a real number, not NaN.*got nan"),
     ("noise_multiplier", "one", r"noise_multiplier must be a real number .*got 'one'"),
     ("noise_multiplier", "1.5", r"noise_multiplier must be a real number .*got '1.5'"),
@@ -550,7 +550,7 @@ def test_epsilon_bad_input(name, value, message):
 @pytest.mark.parametrize("history, message", [
     ([(1.0, 0.01)], r"history\[0\] must be a \(noise_multiplier, sample_rate, steps\) triple"),
     ([(1.0, 0.01, 10), 5], r"history\[1\] must be a \(noise_multiplier, sample_rate, steps\) triple"),
-    ([(1.0, 0.01, 10), (-1.0, 0.01, 10)], r"history\[1\] noise_multiplier must be >= 0"),
+    ([(1.0, 0.01, 10), (-1.0, 0.01, 10)], r"history\[1\] noise_multiplier must be a number >= 0"),
     ([(1.0, 1.01, 10)], r"history\[0\] sample_rate must be in \(0, 1\]"),
     ([(1.0, 0.01, 1.5)], r"history\[0\] steps must be an integer >= 0"),
 ])

@@ -21,7 +21,7 @@ REPRO = "dpbook.repro"
 #: Layer -> its modules and packages (a package stands for every module in it), bottom first. A module may import
 #: its own layer and the layers below it. Every module of dpbook must be in one.
 LAYERS = {
-    "core": ("dpbook", "dpbook.checks", "dpbook.cli", "dpbook.io", "dpbook.noise", "dpbook.accounting",
+    "core": ("dpbook", "dpbook.checks", "dpbook.io", "dpbook.noise", "dpbook.accounting",
              "dpbook.sampling", "dpbook.per_sample", "dpbook.histogram", "dpbook.weights", "dpbook.bounds",
              "dpbook.protocols", "dpbook.tuning", "dpbook.methods", "dpbook.optim", "dpbook.opacus_bridge",
              "dpbook.train", "dpbook.synthetic"),

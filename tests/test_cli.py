@@ -1,4 +1,4 @@
-"""Every command line checks every option at the door (:mod:`dpbook.cli`): each option that takes a value declares
+"""Every command line checks every option at the door (:mod:`dpbook.checks`): each option that takes a value declares
 its domain, and every value outside it (the domain's own ``bad`` examples) exits 2, before any work, with a message
 that names the option and no traceback."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbook import cli
+from dpbook import checks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def name_of(action: argparse.Action) -> str:
 
 
 CASES = [(command, prefix, action, bad) for command, parser in COMMANDS.items()
-         for prefix, action in options(parser) if isinstance(action.type, cli.Domain) for bad in action.type.bad]
+         for prefix, action in options(parser) if isinstance(action.type, checks.Domain) for bad in action.type.bad]
 
 
 def test_the_command_lines_are_found():
@@ -61,8 +61,8 @@ def test_the_command_lines_are_found():
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_declares_its_domain(command):
     undeclared = [(" ".join(prefix), name_of(action)) for prefix, action in options(COMMANDS[command])
-                  if not isinstance(action.type, cli.Domain)]
-    assert not undeclared, f"{command}: options without a domain (type=dpbook.cli...): {undeclared}"
+                  if not isinstance(action.type, checks.Domain)]
+    assert not undeclared, f"{command}: options without a domain (type=dpbook.checks...): {undeclared}"
 
 
 def refusal(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[int, str]:
@@ -87,7 +87,7 @@ def test_every_value_outside_an_options_domain_exits_2_naming_it(command, prefix
 
 def test_every_domain_has_outside_values():
     empty = [(c, name_of(a)) for c, parser in COMMANDS.items() for _, a in options(parser)
-             if isinstance(a.type, cli.Domain) and not a.type.bad]
+             if isinstance(a.type, checks.Domain) and not a.type.bad]
     assert not empty and len(CASES) > 150
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpbook import accounting, cli
+from dpbook import accounting, checks
 from dpbook.audit.__main__ import main as audit_main
 from dpbook.data import DatasetNotFoundError, load_digits
 from dpbook.methods import METHODS
@@ -32,34 +32,39 @@ def exit_and_message(main, argv) -> tuple[int, str]:
 
 #: (command, its arguments, the message's end) for the cases met at 84e3521, then the other edges of the same options.
 REFUSED = [
-    (sweep_cli.main, ["digits", "--seeds", "0"], "argument --seeds: must be an integer >= 1, got '0' (seeds per cell)"),
-    (sweep_cli.main, ["digits", "--seeds", "-1"], "argument --seeds: must be an integer >= 1, got '-1'"),
-    (sweep_cli.main, ["digits", "--epochs", "0"], "argument --epochs: must be an integer >= 1, got '0' (epochs per "
-                                                  "run)"),
-    (sweep_cli.main, ["digits", "--epsilons", "0"], "argument --epsilons: must be a finite number > 0, got '0'"),
-    (sweep_cli.main, ["digits", "--epsilons", "abc"], "argument --epsilons: must be a finite number > 0, got 'abc'"),
+    (sweep_cli.main, ["digits", "--seeds", "0"], "argument --seeds: must be an integer >= 1 (seeds per cell), got '0'"),
+    (sweep_cli.main, ["digits", "--seeds", "-1"], "argument --seeds: must be an integer >= 1 (seeds per cell), "
+                                                 "got '-1'"),
+    (sweep_cli.main, ["digits", "--epochs", "0"], "argument --epochs: must be an integer >= 1 (epochs per run), "
+                                                  "got '0'"),
+    (sweep_cli.main, ["digits", "--epsilons", "0"], "argument --epsilons: must be a finite number > 0 (privacy "
+                                                    "budgets), got '0'"),
+    (sweep_cli.main, ["digits", "--epsilons", "abc"], "argument --epsilons: must be a finite number > 0 (privacy "
+                                                      "budgets), got 'abc'"),
     (sweep_cli.main, ["digits", "--epsilons", ""], "argument --epsilons: must be a comma-separated list, each a finite "
-                                                     "number > 0, got ''"),
+                                                     "number > 0 (privacy budgets), got ''"),
     (sweep_cli.main, ["digits", "--methods", "dpsdg"], "argument --methods: unknown method 'dpsdg' (did you mean "
                                                        "'dpsgd'?)"),
-    (sweep_cli.main, ["digits", "--jobs", "0"], "argument --jobs: must be an integer >= 1, got '0' (runs at once)"),
+    (sweep_cli.main, ["digits", "--jobs", "0"], "argument --jobs: must be an integer >= 1 (runs at once), got '0'"),
     (sweep_cli.main, ["digits", "--per-sample", "vamp"], "argument --per-sample: unknown per-sample engine 'vamp' "
                                                          "(did you mean 'vmap'?); valid: auto, book-keeping, vmap"),
     (sweep_cli.main, ["digits", "--results-dir", "/dev/null/results"], "argument --results-dir: cannot write in "
                                                                         "'/dev/null/results' (NotADirectoryError"),
     (sweep_cli.main, ["status", "no-such/manifest.json"], "argument manifest: 'no-such/manifest.json' does not exist"),
     (sweep_cli.main, ["notebook", "notebooks/nope.ipynb"], "argument notebook: 'notebooks/nope.ipynb' does not exist"),
-    (bench.main, ["--repeats", "0"], "argument --repeats: must be an integer >= 1, got '0' (interleaved rounds per "
-                                     "cell)"),
-    (bench.main, ["--repeats", "-1"], "argument --repeats: must be an integer >= 1, got '-1'"),
-    (bench.main, ["--batch-sizes", "0"], "argument --batch-sizes: must be an integer >= 1, got '0' (expected batch "
-                                         "sizes B)"),
+    (bench.main, ["--repeats", "0"], "argument --repeats: must be an integer >= 1 (interleaved rounds per "
+                                     "cell), got '0'"),
+    (bench.main, ["--repeats", "-1"], "argument --repeats: must be an integer >= 1 (interleaved rounds per "
+                                      "cell), got '-1'"),
+    (bench.main, ["--batch-sizes", "0"], "argument --batch-sizes: must be an integer >= 1 (expected batch "
+                                         "sizes B), got '0'"),
     (bench.main, ["--table", "no-such.json"], "argument --table: 'no-such.json' does not exist: give the path of a "
                                               "record of this benchmark"),
     (bench.main, ["--table", "README.md"], "argument --table: README.md is not a record of this benchmark "
                                            "(JSONDecodeError"),
     (audit_main, ["--method", "dpsgd", "--output", "."], "argument --output: '.' is a folder, not a file"),
-    (audit_main, ["--method", "dpsgd", "--trials", "3"], "argument --trials: must be an integer >= 4, got '3'"),
+    (audit_main, ["--method", "dpsgd", "--trials", "3"], "argument --trials: must be an integer >= 4 (plays per "
+                                                          "world), got '3'"),
 ]
 
 
@@ -88,7 +93,7 @@ def test_a_slurm_config_with_a_value_out_of_range_is_named(tmp_path):
     config = tmp_path / "slurm.toml"
     config.write_text("gpus = -1\n")
     code, last = exit_and_message(sweep_cli.main, ["digits", "--executor", "slurm", "--slurm-config", str(config)])
-    assert code == 2 and "gpus must be an integer >= 0, got -1" in last
+    assert code == 2 and "gpus must be an integer >= 0 (GPUs per array task), got -1" in last
 
 
 def test_a_results_folder_under_a_file_is_refused_before_any_run(tmp_path):
@@ -327,18 +332,18 @@ def numeric(default) -> bool:
 @pytest.mark.parametrize("stem", NOTEBOOKS)
 def test_every_numeric_notebook_parameter_declares_its_range(stem):
     """A reproduction chapter's ranges are its Reproduction's (checked in the cell after the check); every other
-    notebook writes them in its parameters cell (``epochs: Count = 8``, :mod:`dpbook.cli`'s ranges)."""
+    notebook writes them in its parameters cell (``epochs: Count = 8``, :mod:`dpbook.checks`'s ranges)."""
     _, declared, annotations = NOTEBOOKS[stem]
     chapter = papers.chapters().get(stem.removeprefix("reproduce_"))
     ranges = chapter.domains() if chapter is not None else {}
     missing = [name for name, default in declared.items() if numeric(default) and name not in ranges
-               and name != "cells" and cli.domain_of(annotations.get(name)) is None]
+               and name != "cells" and checks.domain_of(annotations.get(name)) is None]
     assert not missing, f"{stem}: numeric parameters without a range (e.g. epochs: Count = 8): {missing}"
 
 
 NOTEBOOK_CASES = [(stem, name, bad) for stem, (_, declared, annotations) in NOTEBOOKS.items()
-                  for name, annotation in annotations.items() if cli.domain_of(annotation) is not None
-                  for bad in cli.domain_of(annotation).bad]
+                  for name, annotation in annotations.items() if checks.domain_of(annotation) is not None
+                  for bad in checks.domain_of(annotation).bad]
 
 
 @pytest.mark.parametrize("stem, name, bad", NOTEBOOK_CASES, ids=[f"{s}:{n}={b!r}" for s, n, b in NOTEBOOK_CASES])

@@ -30,7 +30,7 @@ import sys
 
 from tabulate import tabulate
 
-from dpbook import accounting, cli, io
+from dpbook import accounting, checks, io
 from dpbook.audit.broken import BROKEN
 from dpbook.audit.parallel import records
 from dpbook.audit.statistics import CONFIDENCE
@@ -43,28 +43,29 @@ COLUMNS = ("method", "broken", "sample_rate", "steps", "trials", "canary", "epsi
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    """The command line, every option's domain declared (:mod:`dpbook.checks`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.audit", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", type=cli.choice([*METHODS, "all"], "method"), help="a registered method, or 'all'")
-    parser.add_argument("--broken", type=cli.choice([*BROKEN, "all"], "broken control"),
+    parser.add_argument("--method", type=checks.choice([*METHODS, "all"], "method"),
+                        help="a registered method, or 'all'")
+    parser.add_argument("--broken", type=checks.choice([*BROKEN, "all"], "broken control"),
                         help=f"a broken control ({', '.join(BROKEN)}), or 'all'")
-    parser.add_argument("--trials", type=cli.integer(4, "plays per world"), default=FAST_TRIALS,
+    parser.add_argument("--trials", type=checks.integers(4, "plays per world"), default=FAST_TRIALS,
                         help="plays per world (default %(default)s)")
-    parser.add_argument("--steps", type=cli.integer(1, "consecutive steps per play"), nargs="+", default=[1, 2],
+    parser.add_argument("--steps", type=checks.integers(1, "consecutive steps per play"), nargs="+", default=[1, 2],
                         help="consecutive steps of one method instance per play (default 1 2)")
-    parser.add_argument("--sample-rate", type=cli.number(above=0, at_most=1, fix="a sampling probability q"),
+    parser.add_argument("--sample-rate", type=checks.numbers(above=0, at_most=1, fix="a sampling probability q"),
                         nargs="+", default=[1.0],
                         help="sample rate(s) q of the audited step (default 1; full-batch methods run at 1 only)")
-    parser.add_argument("--delta", type=cli.number(above=0, below=1, fix="the delta of the claim"), default=DELTA)
-    parser.add_argument("--accountant", type=cli.choice(accounting.ACCOUNTANTS, "accountant"), default="rdp",
+    parser.add_argument("--delta", type=checks.numbers(above=0, below=1, fix="the delta of the claim"), default=DELTA)
+    parser.add_argument("--accountant", type=checks.choice(accounting.ACCOUNTANTS, "accountant"), default="rdp",
                         help="the accountant of the epsilon claimed (rdp or prv)")
-    parser.add_argument("--seed", type=cli.integer(0, "the audit's seed"), default=0)
-    parser.add_argument("--jobs", type=cli.integer(1, "audits at once"), default=max(1, os.cpu_count() or 1),
+    parser.add_argument("--seed", type=checks.integers(0, "the audit's seed"), default=0)
+    parser.add_argument("--jobs", type=checks.integers(1, "audits at once"), default=max(1, os.cpu_count() or 1),
                         help="audits at once, one process each (default: the CPU count); the results do not depend "
                              "on it")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--output", type=cli.output_file(), help="also write the results to this JSON file "
+    parser.add_argument("--output", type=io.output_file(), help="also write the results to this JSON file "
                         "(resumes)")
     parser.add_argument("--force", action="store_true", help="replace an --output file of another audit")
     return parser

@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from dpbook import checks, cli, io
+from dpbook import checks, io
 from dpbook.audit.broken import BROKEN
 from dpbook.audit.statistics import CONFIDENCE, one_run_epsilon
 from dpbook.data import load_digits
@@ -267,17 +267,18 @@ BOOK_CANARIES = (200, 1000, 2000)  # about 7 %, 35 % and 41 % of the training se
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    """The command line, every option's domain declared (:mod:`dpbook.checks`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.audit.one_run", description=main.__doc__)
-    parser.add_argument("--methods", nargs="*", default=list(BOOK_RUNS), type=cli.choice(BOOK_RUNS, "method"))
-    parser.add_argument("--broken", nargs="*", default=list(BOOK_CONTROLS), type=cli.choice(BOOK_CONTROLS, "control"),
+    parser.add_argument("--methods", nargs="*", default=list(BOOK_RUNS), type=checks.choice(BOOK_RUNS, "method"))
+    parser.add_argument("--broken", nargs="*", default=list(BOOK_CONTROLS),
+                        type=checks.choice(BOOK_CONTROLS, "control"),
                         help="broken controls, each run in place of the method it breaks")
-    parser.add_argument("--epsilons", nargs="+", type=cli.number(above=0, fix="privacy budgets"),
+    parser.add_argument("--epsilons", nargs="+", type=checks.numbers(above=0, fix="privacy budgets"),
                         default=list(BOOK_EPSILONS))
-    parser.add_argument("--seeds", type=cli.integer(1, "runs per cell"), default=5)
-    parser.add_argument("--canaries", nargs="+", type=cli.integer(2, "canaries per run"),
+    parser.add_argument("--seeds", type=checks.integers(1, "runs per cell"), default=5)
+    parser.add_argument("--canaries", nargs="+", type=checks.integers(2, "canaries per run"),
                         default=list(BOOK_CANARIES))
-    parser.add_argument("--output", type=cli.output_file(), required=True)
+    parser.add_argument("--output", type=io.output_file(), required=True)
     parser.add_argument("--force", action="store_true", help="replace a file written with other parameters")
     return parser
 

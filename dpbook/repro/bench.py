@@ -29,8 +29,8 @@ __all__ = [
     "loss_fn", "now", "reset_peak_memory", "peak_memory_mib", "memory_mib", "interleaved_rounds_ms", "medians",
     "Spread", "paired", "Setting", "SETTINGS", "CONTENDERS", "physical_batch", "batch", "make_step", "engine_rounds",
     "memory_child", "BENCH_METHODS", "method_times", "PROFILE_B", "SHARED", "step_profile", "profile_share",
-    "profile_floor", "profile_table", "SCHEMA", "MICRO_WHY", "SPREAD_NOTE", "tables", "recorded", "parser", "main",
-    "run"
+    "profile_floor", "profile_table", "SCHEMA", "MICRO_WHY", "SPREAD_NOTE", "tables", "recorded", "torch_device",
+    "parser", "main", "run"
 ]
 
 import argparse
@@ -50,8 +50,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpbook import cli, models
-from dpbook.io import atomic_write_json, resumable
+from dpbook import checks, models
+from dpbook.io import atomic_write_json, input_file, output_file, resumable
 from dpbook.methods import METHODS, make_method
 from dpbook.noise import GaussianNoise
 from dpbook.optim import DPOptimizer
@@ -504,36 +504,53 @@ def _bench_record(path: Path) -> dict:
     return record
 
 
+def torch_device(fix: str = "cuda, cuda:0 or cpu") -> checks.Domain:
+    """A torch device this machine has: ``cpu``, or ``cuda``/``cuda:N`` where CUDA is available."""
+    def read(given: str):
+        try:
+            found = torch.device(given)
+        except RuntimeError as err:
+            raise checks.Refused(f"{given!r} is not a torch device ({str(err).splitlines()[0]}): use {fix}") from None
+        if found.type == "cuda" and not torch.cuda.is_available():
+            raise checks.Refused(f"{given}: CUDA is asked for, and torch.cuda.is_available() is False here (torch "
+                          f"{torch.__version__}, CUDA build {torch.version.cuda}): run it on a machine with an "
+                          "NVIDIA GPU and a CUDA build of torch (cpu runs the same path on the CPU, for tests)")
+        return given
+
+    return checks.Domain("a torch device", read, fix=fix, bad=("gpu0",))
+
+
 def parser() -> argparse.ArgumentParser:
-    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    """The command line, every option's domain declared (:mod:`dpbook.checks`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.bench", description=__doc__.split("\n")[0])
-    model = cli.choice(SETTINGS, "model")
+    model = checks.choice(SETTINGS, "model")
     parser.add_argument("--models", nargs="+", default=list(SETTINGS), type=model,
                         help=f"models of the engine comparison (default: all of {', '.join(SETTINGS)})")
-    parser.add_argument("--batch-sizes", type=cli.integer(1, "expected batch sizes B"), nargs="+",
+    parser.add_argument("--batch-sizes", type=checks.integers(1, "expected batch sizes B"), nargs="+",
                         help="instead of each model's (64, 256[, 1024])")
-    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), type=cli.choice(CONTENDERS, "contender"),
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS),
+                        type=checks.choice(CONTENDERS, "contender"),
                         help=f"the steps compared (default: all of {', '.join(CONTENDERS)})")
-    parser.add_argument("--repeats", type=cli.integer(1, "interleaved rounds per cell"),
+    parser.add_argument("--repeats", type=checks.integers(1, "interleaved rounds per cell"),
                         help="interleaved rounds per cell (median; default 7, 3 for the ResNet and BERT; the profile "
                         "three times as many)")
     parser.add_argument("--method-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], type=model,
                         help="models of the methods comparison (B = 256)")
     parser.add_argument("--profile-models", nargs="*", default=["mnist_cnn", "cifar10_cnn"], type=model,
                         help=f"models of the profile of DP-SGD's step (B = {PROFILE_B})")
-    parser.add_argument("--threads", type=cli.integer(1, "torch threads"), default=torch.get_num_threads())
-    parser.add_argument("--device", type=cli.device(), default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--micro-batch", type=cli.integer(1, "the physical batch"),
+    parser.add_argument("--threads", type=checks.integers(1, "torch threads"), default=torch.get_num_threads())
+    parser.add_argument("--device", type=torch_device(), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--micro-batch", type=checks.integers(1, "the physical batch"),
                         help="process every logical batch in physical batches of this size (default: on a GPU, B at "
                         "once unless it runs out of memory; on a CPU, the setting's: 64 for ResNet18-GN and BERT)")
     parser.add_argument("--skip-memory", action="store_true")
-    parser.add_argument("--output", type=cli.output_file(), help="record as JSON (a rerun with the same options "
+    parser.add_argument("--output", type=output_file(), help="record as JSON (a rerun with the same options "
                         "resumes)")
     parser.add_argument("--force", action="store_true", help="replace an --output recorded with other options")
-    parser.add_argument("--table", type=cli.input_file("a record of this benchmark", _bench_record,
+    parser.add_argument("--table", type=input_file("a record of this benchmark", _bench_record,
                                                       "give a file its --output wrote"),
                         help="print the tables of a recorded benchmark and exit")
-    parser.add_argument("--memory-child", nargs=3, metavar=("MODEL", "B", "CONTENDER"), type=cli.text(),
+    parser.add_argument("--memory-child", nargs=3, metavar=("MODEL", "B", "CONTENDER"), type=checks.text(),
                         help=argparse.SUPPRESS)
     return parser
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from dpbook import checks, cli
+from dpbook import checks, io
 from dpbook.optim import PER_SAMPLE_ENGINES
 from dpbook.repro import cast, reproduce, results
 from dpbook.repro.experiment import Experiment, load_task_data
@@ -119,7 +119,7 @@ class Benchmark:
         plan = self.plan(methods=methods, epsilons=epsilons, seeds=seeds, epochs=epochs)
         checks.integer("jobs", jobs)
         checks.one_of("per_sample (the engine's per-sample path)", per_sample, PER_SAMPLE_ENGINES)
-        cli.writable(results_dir, "results_dir, where the runs write their result files")
+        io.writable(results_dir, "results_dir, where the runs write their result files")
         load_task_data(self.base(plan["methods"][0], plan["epsilons"][0], "none"))  # a missing dataset says so here
         phase1, unreachable = self.phase1(**plan)
         where = dict(jobs=jobs, executor=executor, slurm=slurm, results_dir=results_dir, progress=progress,

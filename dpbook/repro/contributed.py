@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from dpbook import accounting, cli
+from dpbook import accounting, checks, io
 from dpbook.repro import papers, params, reproduce, results
 from dpbook.repro.experiment import SPENT_TOLERANCE, Experiment, charged_epsilon, plan_of
 from dpbook.repro.papers.chapter import Chapter
@@ -330,14 +330,15 @@ def check(paths: Sequence[str | Path], parameters: Mapping[str, Any] | None = No
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    """The command line, every option's domain declared (:mod:`dpbook.checks`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.contributed", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     check_command = commands.add_parser("check", help="check contributed result files before a chapter renders them")
-    check_command.add_argument("paths", nargs="+", type=cli.input_file("a result file or a folder of them",
+    check_command.add_argument("paths", nargs="+", type=io.input_file("a result file or a folder of them",
                                                                        folders=True),
                                help="result files, or folders of them (e.g. data/results/psasc)")
-    check_command.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), type=cli.text(),
+    check_command.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                               type=checks.text(),
                                help="a parameter of the chapter you ran, as papermill's -p (e.g. -p stand_ins True)")
     return parser
 

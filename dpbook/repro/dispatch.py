@@ -43,14 +43,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 import submitit
 
-from dpbook import checks, cli, io, train
+from dpbook import checks, io, train
 from dpbook.repro import results
 from dpbook.repro.experiment import Experiment
 
 EXECUTORS = ("local", "debug", "slurm")
 
 
-def _option(default, help_text: str, domain: cli.Domain):
+def _option(default, help_text: str, domain: checks.Domain):
     """A field of :class:`SlurmOptions` with the help text and the domain of its command-line flag (the file's
     value is checked by the same domain; its messages end with the help text)."""
     return dataclasses.field(default=default, metadata={"help": help_text,
@@ -68,19 +68,19 @@ class SlurmOptions:
     'gpu'
     """
 
-    partition: str | None = _option(None, "SLURM partition", cli.text())
-    account: str | None = _option(None, "SLURM account", cli.text())
-    qos: str | None = _option(None, "SLURM QOS", cli.text())
-    gpus: int = _option(0, "GPUs per array task", cli.integer(0))
-    cpus: int = _option(1, "CPUs per array task", cli.integer(1))
-    mem_gb: float | None = _option(None, "memory per array task, GB", cli.number(above=0))
-    time_min: int = _option(60, "time limit per array task, minutes", cli.integer(1))
-    array_parallelism: int = _option(32, "array tasks running at once", cli.integer(1))
-    runs_per_job: int = _option(1, "runs one array task trains in turn", cli.integer(1))
+    partition: str | None = _option(None, "SLURM partition", checks.text())
+    account: str | None = _option(None, "SLURM account", checks.text())
+    qos: str | None = _option(None, "SLURM QOS", checks.text())
+    gpus: int = _option(0, "GPUs per array task", checks.integers(0))
+    cpus: int = _option(1, "CPUs per array task", checks.integers(1))
+    mem_gb: float | None = _option(None, "memory per array task, GB", checks.numbers(above=0))
+    time_min: int = _option(60, "time limit per array task, minutes", checks.integers(1))
+    array_parallelism: int = _option(32, "array tasks running at once", checks.integers(1))
+    runs_per_job: int = _option(1, "runs one array task trains in turn", checks.integers(1))
     extra: dict = dataclasses.field(default_factory=dict)  # the file only: any other #SBATCH option
 
     @classmethod
-    def flags(cls) -> dict[str, tuple[cli.Domain, str]]:
+    def flags(cls) -> dict[str, tuple[checks.Domain, str]]:
         """The options a command line sets, ``{name: (domain, help)}`` (every field but ``extra``).
 
         >>> domain, text = SlurmOptions.flags()["time_min"]

@@ -50,11 +50,11 @@ from typing import Hashable
 
 import torch
 
-from dpbook import cli, io
+from dpbook import checks, io
 from dpbook.repro import bench, papers, results
 from dpbook.repro.experiment import Experiment, Prepared, plan_of, prepare, shapes_size
 from dpbook.repro.papers.chapter import Chapter
-from dpbook.repro.params import assignments, field_names, unknown_parameters
+from dpbook.repro.params import assignment, assignments, field_names, unknown_parameters
 from dpbook.tasks import TASKS
 
 DRY_RUN_DIR = results.RESULTS_DIR / "dry_run" / "analysis"
@@ -381,20 +381,20 @@ def _checked_chapters(parser: argparse.ArgumentParser, args) -> dict[str, Chapte
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    """The command line, every option's domain declared (:mod:`dpbook.checks`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.dry_run", description=__doc__.split("\n")[0])
-    parser.add_argument("studies", nargs="*", type=cli.choice(papers.chapters(), "chapter"),
+    parser.add_argument("studies", nargs="*", type=checks.choice(papers.chapters(), "chapter"),
                         default=list(papers.chapters()),
                         help=f"chapters, any of {', '.join(papers.chapters())} (default: all)")
-    parser.add_argument("--steps", type=cli.integer(1, "measured steps per combination"), default=2,
+    parser.add_argument("--steps", type=checks.integers(1, "measured steps per combination"), default=2,
                         help="measured steps per combination (after a warm-up)")
-    parser.add_argument("--device", type=cli.device(), default="cpu",
+    parser.add_argument("--device", type=bench.torch_device(), default="cpu",
                         help='"cpu", "cuda", ... (the record is <study>_<device>.json)')
     parser.add_argument("--sample", action="store_true", help="only the first cell of every (dataset, model, "
                         "method)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        type=cli.assignment("e.g. batch_size=16"), help="a chapter parameter (e.g. batch_size=16)")
-    parser.add_argument("--output-dir", type=cli.folder("the folder of the dry-run records"), default=DRY_RUN_DIR)
+                        type=assignment("e.g. batch_size=16"), help="a chapter parameter (e.g. batch_size=16)")
+    parser.add_argument("--output-dir", type=io.folder("the folder of the dry-run records"), default=DRY_RUN_DIR)
     parser.add_argument("--force", action="store_true", help="replace a record made with other parameters")
     parser.add_argument("--table", action="store_true", help="print the cost tables of the records and exit")
     return parser

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from dpbook import cli, io
+from dpbook import checks, io
 from dpbook.repro import bench, dry_run, results
 from dpbook.repro.papers.chapter import Chapter
 
@@ -55,18 +55,19 @@ def _bench(args, device: torch.device) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    """The command line, every option's domain declared (:mod:`dpbook.checks`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.gpu_check", description=__doc__.split("\n")[0])
-    parser.add_argument("--output", type=cli.output_file("the record"), required=True, help="the record (JSON), "
+    parser.add_argument("--output", type=io.output_file("the record"), required=True, help="the record (JSON), "
                         "e.g. data/results/gpu_check/analysis/h200.json")
-    parser.add_argument("--device", type=cli.device(), default="cuda", help='"cuda" (default); "cpu" only for tests')
-    parser.add_argument("--steps", type=cli.integer(1, "measured steps of each cell"), default=200,
+    parser.add_argument("--device", type=bench.torch_device(), default="cuda",
+                        help='"cuda" (default); "cpu" only for tests')
+    parser.add_argument("--steps", type=checks.integers(1, "measured steps of each cell"), default=200,
                         help="measured steps of each cell (after a warm-up)")
     parser.add_argument("--bench-models", nargs="+", default=["mnist_cnn", "resnet18_gn"],
-                        type=cli.choice(bench.SETTINGS, "benchmark model"))
-    parser.add_argument("--bench-batch", type=cli.integer(1, "the benchmark's B"), default=256,
+                        type=checks.choice(bench.SETTINGS, "benchmark model"))
+    parser.add_argument("--bench-batch", type=checks.integers(1, "the benchmark's B"), default=256,
                         help="the benchmark's B")
-    parser.add_argument("--batch-size", type=cli.integer(1, "the cells' B"),
+    parser.add_argument("--batch-size", type=checks.integers(1, "the cells' B"),
                         help="the cells' B instead of the papers' (tests only)")
     parser.add_argument("--skip-memory", action="store_true", help="the benchmark without its peak memory (tests "
                         "only: it measures each contender in a child process)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "CHECK_CELL", "python_literal", "parts", "text_value", "assignments", "listing", "mapping", "per_dataset",
-    "check_known", "clean_float", "field_names", "from_notebook",
+    "check_known", "clean_float", "field_names", "from_notebook", "assignment",
     "record_cells", "notebook_parameters", "checked", "unknown_parameters", "parameters_cell", "infer_type", "convert"
 ]
 
@@ -31,8 +31,7 @@ from typing import Any, Callable, Collection, Iterable
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from dpbook.checks import did_you_mean
-from dpbook.cli import domain_of, plain
+from dpbook.checks import Domain, did_you_mean, domain_of, plain
 
 #: The cell every notebook runs right after its ``parameters`` cell (and papermill's injected one); it stays out of
 #: the rendered book (tag ``remove-cell``). ``tools/stamp_cells.py`` writes it, ``tests/test_colab.py`` checks it.
@@ -127,6 +126,16 @@ def assignments(items: Iterable[str], *, lists: bool) -> dict[str, Any]:
         name, value = item.split("=", 1)
         out[name.strip()] = [text_value(name, v) for v in parts(value)] if lists else text_value(name, value)
     return out
+
+
+def assignment(fix: str = "e.g. epochs=2") -> Domain:
+    """``NAME=VALUE`` (a ``--set`` or ``--grid`` argument); the text is kept, the name checked where it is used.
+
+    >>> assignment()("epochs=2"), assignment().bad
+    ('epochs=2', ('epochs', '=2'))
+    """
+    return Domain("NAME=VALUE", str, inside=lambda v: "=" in v and v.split("=", 1)[0].strip() != "", fix=fix,
+                  bad=("epochs", "=2"))
 
 
 def listing(value: Any, cast: Callable[[Any], Any] | None = None) -> list:
@@ -306,10 +315,10 @@ def notebook_parameters(namespace: dict, cells: list[str] | None = None) -> dict
 def checked(name: str, value: Any, default: Any, annotation: Any = None) -> Any:
     """``value`` given to the parameter ``name`` as the parameters cell declares it: converted to the annotation's
     type (else its default's, :func:`infer_type`), and checked against the range the annotation carries (``epochs:
-    Count = 8``, ``seeds: list[Seed] = [0, 1]``: :mod:`dpbook.cli`'s ranges), each element of a list or a dict; a
+    Count = 8``, ``seeds: list[Seed] = [0, 1]``: :mod:`dpbook.checks`'s ranges), each element of a list or a dict; a
     ValueError names the parameter.
 
-    >>> from dpbook.cli import Count, Seed
+    >>> from dpbook.checks import Count, Seed
     >>> checked("epochs", "3", 8, Count), checked("seeds", "0, 1", [0], list[Seed]), checked("lr", 1, 0.1)
     (3, [0, 1], 1.0)
     >>> checked("epochs", -3, 8, Count)
@@ -337,9 +346,9 @@ def unknown_parameters(given, declared) -> str:
 
 def parameters_cell(source: str) -> tuple[dict, dict]:
     """The parameters a cell of assignments defines, with their values, and the annotations it gives them (a type,
-    or a range of :mod:`dpbook.cli`, which the cell imports from there: :func:`checked`).
+    or a range of :mod:`dpbook.checks`, which the cell imports from there: :func:`checked`).
 
-    >>> cell = ("from dpbook.cli import Count\\n\\na = 1  # the first\\nb: list[str] | None = None\\n"
+    >>> cell = ("from dpbook.checks import Count\\n\\na = 1  # the first\\nb: list[str] | None = None\\n"
     ...         "c, d = 2.0, [a]\\ne: Count = 3")
     >>> values, annotations = parameters_cell(cell)
     >>> values, annotations["b"], annotations["e"].__metadata__[0].what
@@ -356,10 +365,10 @@ def parameters_cell(source: str) -> tuple[dict, dict]:
         elif isinstance(node, ast.Assign):
             names += [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
         elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-                  or isinstance(node, ast.ImportFrom) and node.module == "dpbook.cli"):
+                  or isinstance(node, ast.ImportFrom) and node.module == "dpbook.checks"):
             raise RuntimeError("the cell before the parameter check must be the parameters cell (assignments, and "
-                               f"the ranges it imports from dpbook.cli), not one with {ast.unparse(node)[:60]!r}: run "
-                               "the notebook's cells in order")
+                               "the ranges it imports from dpbook.checks), not one with "
+                               f"{ast.unparse(node)[:60]!r}: run the notebook's cells in order")
     values: dict = {}
     code = compile(tree, "<parameters>", "exec", dont_inherit=True)  # annotations evaluated, as in the notebook
     exec(code, {"__builtins__": builtins, **_TYPE_NAMES}, values)  # noqa: S102 (own cell)

@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Hashable, Iterable, Mapping, Sequence
 
-from dpbook import checks, cli
+from dpbook import checks, io
 from dpbook.data import DatasetNotFoundError
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item, coverage_table
@@ -73,9 +73,9 @@ class Chapter(abc.ABC):
     SELECTION: ClassVar[tuple[str, ...]] = ()
     #: Every table and figure of the paper, and what the book does with it (:mod:`dpbook.repro.coverage`).
     COVERAGE: ClassVar[Mapping[str, Item]] = {}
-    #: The range of each numeric parameter (:mod:`dpbook.cli`), checked before anything runs; a chapter's own
+    #: The range of each numeric parameter (:mod:`dpbook.checks`), checked before anything runs; a chapter's own
     #: extend the base's (:meth:`domains`). Names are checked against the chapter's lists in ``__post_init__``.
-    DOMAINS: ClassVar[Mapping[str, cli.Domain]] = {"jobs": cli.integer(1, "runs at once")}
+    DOMAINS: ClassVar[Mapping[str, checks.Domain]] = {"jobs": checks.integers(1, "runs at once")}
 
     device: str = "auto"
     stand_ins: bool = False
@@ -103,7 +103,7 @@ class Chapter(abc.ABC):
                 for f in dataclasses.fields(cls)}
 
     @classmethod
-    def domains(cls) -> dict[str, cli.Domain]:
+    def domains(cls) -> dict[str, checks.Domain]:
         """Every numeric parameter's domain: the base's :attr:`DOMAINS` and the chapter's."""
         return {**Chapter.DOMAINS, **cls.DOMAINS}
 
@@ -229,7 +229,7 @@ class Chapter(abc.ABC):
         figures' runs, round after round (:func:`dpbook.repro.reproduce.train_until_done`). Returns the failures as
         (what, error): the runs that failed and the cells whose data is missing. A dataset that is not here stops
         it before any run starts (:meth:`check_data`), and so does a results folder it cannot write in."""
-        cli.writable(self.results, "the chapter's results_dir")
+        io.writable(self.results, "the chapter's results_dir")
         self.check_data()
         done = reproduce.train_until_done(self.wanted, self.results, jobs=self.jobs, device=self.device,
                                           data_root=self.data, download=self.download)

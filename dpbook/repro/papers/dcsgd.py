@@ -35,7 +35,8 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from dpbook import checks, cli
+from dpbook import checks
+from dpbook.checks import Domain, integers, numbers
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item
@@ -208,15 +209,15 @@ class Reproduction(Chapter):
         "fig8_optimizer": Source("Fig. 8", note="“the standard SGD algorithm”"),
         "fig8_lr": Source(reading="DCSGD-45"),
     }
-    DOMAINS: ClassVar[dict[str, cli.Domain]] = {
-        "epsilons": cli.number(above=0), "seeds": cli.integer(1), "searches": cli.integer(1),
-        "epochs": cli.integer(1), "batch_size": cli.integer(1), "micro_batch_size": cli.integer(1),
-        "lr": cli.number(above=0), "sgd_lrs": cli.number(above=0), "figure_epsilons": cli.number(above=0),
-        "figure_seeds": cli.integer(1), "figure_p": cli.number(at_least=0, at_most=1),
-        "p_values": cli.number(at_least=0, at_most=1), "b_values": cli.integer(1),
-        "sigma_H_values": cli.number(above=0), "fig4_fractions": cli.number(above=0, at_most=1),
-        "fig4_points": cli.integer(2), "fig8_samples": cli.integer(1), "fig8_points": cli.integer(2),
-        "fig8_lr": cli.number(above=0),
+    DOMAINS: ClassVar[dict[str, Domain]] = {
+        "epsilons": numbers(above=0), "seeds": integers(1), "searches": integers(1),
+        "epochs": integers(1), "batch_size": integers(1), "micro_batch_size": integers(1),
+        "lr": numbers(above=0), "sgd_lrs": numbers(above=0), "figure_epsilons": numbers(above=0),
+        "figure_seeds": integers(1), "figure_p": numbers(at_least=0, at_most=1),
+        "p_values": numbers(at_least=0, at_most=1), "b_values": integers(1),
+        "sigma_H_values": numbers(above=0), "fig4_fractions": numbers(above=0, at_most=1),
+        "fig4_points": integers(2), "fig8_samples": integers(1), "fig8_points": integers(2),
+        "fig8_lr": numbers(above=0),
     }
     SELECTION: ClassVar[tuple[str, ...]] = (
         "table", "datasets", "models", "methods", "epsilons", "micro_batch_size", "fresh", "figures",

@@ -40,7 +40,7 @@ from typing import ClassVar
 import matplotlib.pyplot as plt
 import numpy as np
 
-from dpbook import cli
+from dpbook.checks import Domain, either, integers, numbers
 from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item
@@ -169,16 +169,16 @@ class Reproduction(Chapter):
         "fig6_C_alpha": Source("Fig. 6", "DPDR-24", note="its axis, [0.05, 3]"),
         "fig6_s": Source("Fig. 6", "DPDR-31"),
     }
-    DOMAINS: ClassVar[dict[str, cli.Domain]] = {
-        "epsilons": cli.number(above=0), "seeds": cli.integer(1), "epochs": cli.integer(1),
-        "batch_size": cli.integer(1), "micro_batch_size": cli.integer(1), "lr_grid": cli.number(above=0),
-        "adam_lr_grid": cli.number(above=0), "C_grid": cli.number(above=0), "C_perp_grid": cli.number(above=0),
-        "C_alpha_grid": cli.number(above=0), "C_d_grid": cli.number(above=0), "s": cli.integer(1),
-        "sigma_alpha_ratio": cli.either(cli.number(above=0), "table2"),
-        "diff2_restart_every": cli.integer(1), "autos_gamma": cli.number(above=0),
-        "fig5_epsilon": cli.number(above=0), "fig5_accuracy_level": cli.number(at_least=0, at_most=100),
-        "fig6_epsilon": cli.number(above=0), "fig6_batch_sizes": cli.integer(1), "fig6_C_alpha": cli.number(above=0),
-        "fig6_s": cli.integer(1), "fig6_seeds": cli.integer(1),
+    DOMAINS: ClassVar[dict[str, Domain]] = {
+        "epsilons": numbers(above=0), "seeds": integers(1), "epochs": integers(1),
+        "batch_size": integers(1), "micro_batch_size": integers(1), "lr_grid": numbers(above=0),
+        "adam_lr_grid": numbers(above=0), "C_grid": numbers(above=0), "C_perp_grid": numbers(above=0),
+        "C_alpha_grid": numbers(above=0), "C_d_grid": numbers(above=0), "s": integers(1),
+        "sigma_alpha_ratio": either(numbers(above=0), "table2"),
+        "diff2_restart_every": integers(1), "autos_gamma": numbers(above=0),
+        "fig5_epsilon": numbers(above=0), "fig5_accuracy_level": numbers(at_least=0, at_most=100),
+        "fig6_epsilon": numbers(above=0), "fig6_batch_sizes": integers(1), "fig6_C_alpha": numbers(above=0),
+        "fig6_s": integers(1), "fig6_seeds": integers(1),
     }
     SELECTION: ClassVar[tuple[str, ...]] = ("micro_batch_size", "cells", "fig6_seeds", "run_figure6")
     COVERAGE: ClassVar[dict[str, Item]] = {

@@ -28,7 +28,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from dpbook import checks, cli
+from dpbook import checks
+from dpbook.checks import Domain, integers, numbers
 from dpbook.methods import METHODS
 from dpbook.methods.registry import hyperparameter_names
 from dpbook.repro import reproduce, results
@@ -98,10 +99,10 @@ class Reproduction(Chapter):
         "lr_grids": Source(reading="PSASC-29"),
         "momentum_grid": Source(reading="PSASC-15"),
     }
-    DOMAINS: ClassVar[dict[str, cli.Domain]] = {
-        "seeds": cli.integer(1), "epochs": cli.integer(1), "batch_size": cli.integer(1),
-        "micro_batch_size": cli.integer(1), "s": cli.number(above=0, at_most=1), "lr_grid": cli.number(above=0),
-        "lr_grids": cli.number(above=0), "momentum_grid": cli.number(above=0),
+    DOMAINS: ClassVar[dict[str, Domain]] = {
+        "seeds": integers(1), "epochs": integers(1), "batch_size": integers(1),
+        "micro_batch_size": integers(1), "s": numbers(above=0, at_most=1), "lr_grid": numbers(above=0),
+        "lr_grids": numbers(above=0), "momentum_grid": numbers(above=0),
     }
     SELECTION: ClassVar[tuple[str, ...]] = ("micro_batch_size", "cells", "curve_datasets")
     COVERAGE: ClassVar[dict[str, Item]] = {

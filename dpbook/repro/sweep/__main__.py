@@ -1,4 +1,4 @@
-"""``python -m dpbook.repro.sweep``: the sweeps' command line, every option's domain declared (:mod:`dpbook.cli`).
+"""``python -m dpbook.repro.sweep``: the sweeps' command line, every option's domain declared (:mod:`dpbook.checks`).
 
 - ``digits`` / ``mnist5k``: a benchmark (:data:`BENCHMARKS`), both phases (the grids and searches, then the re-runs
   of the best points), one manifest that records the plan;
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dpbook import cli
+from dpbook import checks, io
 from dpbook.optim import PER_SAMPLE_ENGINES
 from dpbook.repro import digits_benchmark, dispatch, mnist5k_benchmark, papers, params, results
 from dpbook.repro.benchmark import Benchmark
@@ -34,29 +34,30 @@ BENCHMARKS: dict[str, Benchmark] = {"digits": digits_benchmark.BENCHMARK, "mnist
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line, every option's domain declared (:mod:`dpbook.cli`)."""
+    """The command line, every option's domain declared (:mod:`dpbook.checks`)."""
     parser = argparse.ArgumentParser(prog="python -m dpbook.repro.sweep", description="The book's sweeps: a "
                                      "benchmark's two phases, a notebook over a parameter grid, a sweep's status, "
                                      "resume. A wrong option exits 2 before any work, naming it.")
     sub = parser.add_subparsers(dest="command", required=True)
-    jobs = cli.integer(1, "runs at once")
+    jobs = checks.integers(1, "runs at once")
     for name, benchmark in BENCHMARKS.items():
         bench = sub.add_parser(name, help=f"the {name} benchmark of every method ({benchmark.study})")
         bench.add_argument("--jobs", type=jobs, default=max(1, (os.cpu_count() or 1)), help="runs at once")
-        bench.add_argument("--results-dir", type=cli.folder(), default=str(results.RESULTS_DIR))
-        bench.add_argument("--methods", type=cli.listing(cli.choice(benchmark.methods, "method")), default=None,
+        bench.add_argument("--results-dir", type=io.folder(), default=str(results.RESULTS_DIR))
+        bench.add_argument("--methods", type=checks.listing(checks.choice(benchmark.methods, "method")), default=None,
                            help="comma-separated subset of the methods")
-        bench.add_argument("--epsilons", type=cli.listing(cli.number(above=0, fix="privacy budgets")), default=None,
+        bench.add_argument("--epsilons", type=checks.listing(checks.numbers(above=0, fix="privacy budgets")),
+                           default=None,
                            help=f"comma-separated budgets (default: {', '.join(f'{e:g}' for e in benchmark.epsilons)})")
-        bench.add_argument("--seeds", type=cli.integer(1, "seeds per cell"), default=None,
+        bench.add_argument("--seeds", type=checks.integers(1, "seeds per cell"), default=None,
                            help=f"seeds per cell (a smaller benchmark; default {benchmark.seeds})")
-        bench.add_argument("--epochs", type=cli.integer(1, "epochs per run"), default=None,
+        bench.add_argument("--epochs", type=checks.integers(1, "epochs per run"), default=None,
                            help="epochs per run (a smaller benchmark; default: the benchmark's)")
-        bench.add_argument("--per-sample", type=cli.choice(PER_SAMPLE_ENGINES, "per-sample engine"), default="auto",
+        bench.add_argument("--per-sample", type=checks.choice(PER_SAMPLE_ENGINES, "per-sample engine"), default="auto",
                            help="the engine's per-sample path: auto (Book-Keeping wherever the method allows), "
                                 "book-keeping or vmap; the same results to float rounding, not the same speed")
         _executor_arguments(bench)
-    manifest = cli.input_file("a sweep's manifest.json", dispatch.Manifest.read, "give the manifest a sweep printed",
+    manifest = io.input_file("a sweep's manifest.json", dispatch.Manifest.read, "give the manifest a sweep printed",
                               folders=True)
     status = sub.add_parser("status", help="what a sweep's runs are doing: pending, running, done, failed")
     status.add_argument("manifest", type=manifest, help="the manifest.json a sweep wrote (or its folder)")
@@ -64,13 +65,13 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("manifest", type=manifest, help="the manifest.json a sweep wrote (or its folder)")
     resume.add_argument("--jobs", type=jobs, default=max(1, (os.cpu_count() or 1)), help="runs at once (local)")
     nb = sub.add_parser("notebook", help="papermill executions of a notebook over a parameter grid")
-    nb.add_argument("notebook", type=cli.input_file("a notebook (.ipynb)", _read_notebook))
-    nb.add_argument("--grid", action="append", default=[], type=cli.assignment("name=v1,v2,..."),
+    nb.add_argument("notebook", type=io.input_file("a notebook (.ipynb)", _read_notebook))
+    nb.add_argument("--grid", action="append", default=[], type=params.assignment("name=v1,v2,..."),
                     help="name=v1,v2,... (repeatable)")
-    nb.add_argument("--set", action="append", default=[], type=cli.assignment("name=value"),
+    nb.add_argument("--set", action="append", default=[], type=params.assignment("name=value"),
                     help="name=value, the same for every run (repeatable)")
     nb.add_argument("--jobs", type=jobs, default=1)
-    nb.add_argument("--output-dir", type=cli.folder("where the executed notebooks go"),
+    nb.add_argument("--output-dir", type=io.folder("where the executed notebooks go"),
                     default="data/results/executed")
     nb.add_argument("--plan", action="store_true",
                     help="check every grid point and print the executions the sweep would make; execute nothing")
@@ -123,10 +124,10 @@ def _summary_lines(summaries: list[dict]) -> list[str]:
 
 
 def _executor_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--executor", type=cli.choice(dispatch.EXECUTORS, "executor"), default="local",
+    parser.add_argument("--executor", type=checks.choice(dispatch.EXECUTORS, "executor"), default="local",
                         metavar="{" + ",".join(dispatch.EXECUTORS) + "}",
                         help="local: a process pool here (default); debug: in this process; slurm: a job array")
-    parser.add_argument("--slurm-config", type=cli.input_file("a TOML file of SLURM options",
+    parser.add_argument("--slurm-config", type=io.input_file("a TOML file of SLURM options",
                                                               dispatch.SlurmOptions.from_file),
                         default=None, help="a TOML file of SLURM options (dpbook.repro.dispatch)")
     for name, (domain, text) in dispatch.SlurmOptions.flags().items():
