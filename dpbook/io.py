@@ -1,20 +1,26 @@
 """Atomic writes: a checkpoint or a result file is either the old one or the complete new one, never half;
-resumable records of long commands (:func:`resumable`); and the paths a command reads and writes, checked at the
+resumable records of long commands (:func:`resumable`); claims, so that two processes never make the same file at
+once (:func:`claim`); and the paths a command reads and writes, checked at the
 door (:func:`writable`, and the :class:`~dpbook.checks.Domain` of a folder, a file to write and a file to read)."""
 
 from __future__ import annotations
 
-__all__ = ["MODE", "atomic_torch_save", "atomic_write_json", "remove_stale_temporaries", "claimed", "resumable",
-           "writable", "folder", "output_file", "input_file"]
+__all__ = ["MODE", "HOST", "atomic_torch_save", "atomic_write_json", "remove_stale_temporaries", "Held", "claim",
+           "claimed", "resumable", "writable", "folder", "output_file", "input_file"]
 
 import argparse
+import contextlib
 import errno
+import fcntl
 import json
 import os
 import re
+import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -23,12 +29,17 @@ from dpbook.checks import Domain, Refused
 #: Files written here are readable by everyone, like any file the user writes (mkstemp's own default is 0600).
 MODE = 0o644
 
+#: This machine's name (up to its first dot), in temporary files and claims: on a file system that several machines
+#: share (a cluster's), a process id means something only on the machine that runs it.
+HOST = socket.gethostname().split(".")[0] or "localhost"
+
 
 def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # the writer's process id in the name: a later start removes what a killed writer left (remove_stale_temporaries)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.pid{os.getpid()}.", suffix=".tmp")
+    # the writer's machine and process id in the name: a later start on this machine removes what a killed writer
+    # left (remove_stale_temporaries), and never what a writer on another machine is writing
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.pid{os.getpid()}@{HOST}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as f:
             write(f)
@@ -54,17 +65,18 @@ def atomic_write_json(obj: Any, path: str | os.PathLike, *, indent: int | None =
     return _atomic(path, lambda f: f.write(text + "\n"), "w")
 
 
-_TEMPORARY = re.compile(r"^\..+\.pid(\d+)\.[^.]+\.tmp$")
+_TEMPORARY = re.compile(r"^\..+\.pid(?P<pid>\d+)(?:@(?P<host>[^.]+))?\.[^.]+\.tmp$")
 
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """Delete the temporary files under ``folder`` that an atomic write of a process that no longer runs left behind
-    (it was killed between writing and renaming); files of running writers stay. Returns the deleted paths.
+    """Delete the temporary files under ``folder`` that an atomic write of a process of this machine that no longer
+    runs left behind (it was killed between writing and renaming); files of running writers, and of writers on
+    other machines, stay. Returns the deleted paths.
     """
     removed = []
     for tmp in Path(folder).rglob(".*.tmp") if Path(folder).is_dir() else []:
         match = _TEMPORARY.match(tmp.name)
-        if match and not _running(int(match.group(1))):
+        if match and match["host"] in (None, HOST) and not _running(int(match["pid"])):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
@@ -78,6 +90,59 @@ def _running(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+class Held(RuntimeError):
+    """Another process holds the claim on a file (:func:`claim`): it is making it now."""
+
+
+@contextlib.contextmanager
+def claim(path: str | os.PathLike, *, wait: bool = True) -> Iterator[None]:
+    """Hold the claim on making the file ``path`` for the duration of the block, so that two processes (two sweeps,
+    two SLURM arrays over one results folder) never make it at once.
+
+    The claim is a lock (``flock``) on ``.<name>.claim`` beside the file, which names its holder. The system
+    releases it when the holder ends, even by ``kill -9``, so a claim whose process is gone is taken over at once;
+    the holder removes the file when it is done. When another process holds it: with ``wait`` this one waits,
+    saying so once on stderr; else :class:`Held` names the holder. On a network file system the lock is as good as
+    its ``flock`` (NFS v4 and Lustre with ``flock`` mounted keep it across machines).
+
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "run.json"
+    >>> with claim(target):
+    ...     with claim(target, wait=False):
+    ...         pass
+    Traceback (most recent call last):
+    ...
+    dpbook.io.Held: ... is being made by process ... on ... (since ...)
+    """
+    lock = Path(path).with_name(f".{Path(path).name}.claim")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            if not wait:
+                os.close(fd)
+                raise Held(f"{path} is being made by {holder}") from None
+            print(f"dpbook: waiting for {holder}, which is making {path}", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            current = os.stat(lock).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder we waited for removed its claim as it ended: claim the file now there
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} on {HOST} (since {time.strftime('%Y-%m-%d %H:%M:%S')})".encode(), 0)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def claimed(path: Path, parameters: dict) -> dict:

@@ -279,11 +279,11 @@ def killed_after(runs: int, monkeypatch):
 
     started, real = [], sweep.run_one
 
-    def run_one(exp, kwargs):
+    def run_one(exp, kwargs, wait=False):
         if len(started) == runs:
             raise KeyboardInterrupt
         started.append(exp)
-        return real(exp, kwargs)
+        return real(exp, kwargs, wait)
 
     monkeypatch.setattr(sweep, "run_one", run_one)
 

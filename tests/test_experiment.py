@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -10,7 +12,7 @@ import torch
 
 from dpbook.accounting import epsilon_of_history
 from dpbook.methods import METHODS
-from dpbook.repro import experiment, reproduce, results, sweep
+from dpbook.repro import dispatch, experiment, reproduce, results, sweep
 from dpbook.repro.experiment import Experiment, check_spent, plan_of, run_experiment
 from dpbook.repro.sweep import __main__ as sweep_cli
 from dpbook.train import Trainer
@@ -244,7 +246,8 @@ def test_notebook_grid_runs_papermill_once_per_point(tmp_path):
     summary = sweep.run_notebook_grid(path, {"x": [1, 2]}, {"out": str(tmp_path / "x.txt")},
                                       output_dir=tmp_path / "executed", jobs=2, progress=False)
     assert summary["done"] == 2 and not summary["failed"]
-    assert sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb")) == ["tiny_x=1.ipynb", "tiny_x=2.ipynb"]
+    names = sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb"))
+    assert [re.sub(r"_[0-9a-f]{10}\.ipynb$", "", name) for name in names] == ["tiny_x=1", "tiny_x=2"], names
 
 
 def tiny_notebook(path, body: str):
@@ -279,9 +282,29 @@ def test_a_failed_run_of_a_sweep_is_one_line_naming_its_cell(tmp_path, capsys):
     code = sweep_cli.main(["notebook", str(path), "--grid", "x=1,2", "--output-dir", str(tmp_path / "executed")])
     out = capsys.readouterr().out.splitlines()
     assert code == 1
+    executed = tmp_path / "executed" / sweep.executed_name(path, {"x": 2}, {"x": 2})
     assert out[-2:] == ["planned 2: done 1, failed 1",
-                        f"  FAILED {tmp_path / 'executed' / 'tiny_x=2.ipynb'}: the cell 'if x == 2:' raised "
-                        "ValueError: x must not be two"]
+                        f"  FAILED {executed}: the cell 'if x == 2:' raised ValueError: x must not be two"]
+
+
+def test_two_notebook_sweeps_never_overwrite_each_others_executions(tmp_path, capsys):
+    """The same grid point with other fixed parameters, into the same folder: each sweep keeps its own executed
+    notebook, and the first sweep's status still reports its own execution (not the second's) as done."""
+    path = tiny_notebook(tmp_path / "tiny.ipynb", "open(out, 'w').write(str(x))")
+    first = ["notebook", str(path), "--grid", "x=1", "--output-dir", str(tmp_path / "executed")]
+    assert sweep_cli.main([*first, "--set", f"out={tmp_path / 'a'}"]) == 0
+    manifest = next((tmp_path / "executed" / ".sweeps").glob("*/manifest.json"))
+    assert sweep_cli.main([*first, "--set", f"out={tmp_path / 'b'}"]) == 0
+    assert len(list((tmp_path / "executed").glob("tiny_x=1_*.ipynb"))) == 2
+    capsys.readouterr()
+    assert sweep_cli.main(["status", str(manifest)]) == 0
+    assert "1 notebook(s), done 1" in capsys.readouterr().out
+    # the first sweep's file replaced by an execution with other parameters is not done
+    mine = Path(dispatch.Manifest.read(manifest).entries[0]["result"])
+    theirs = next(p for p in (tmp_path / "executed").glob("tiny_x=1_*.ipynb") if p != mine)
+    mine.write_bytes(theirs.read_bytes())
+    assert sweep_cli.main(["status", str(manifest)]) == 1
+    assert "1 notebook(s), not done 1" in capsys.readouterr().out
 
 
 def test_compare_never_invents_a_number():

@@ -26,8 +26,8 @@ job arrays do natively (queueing, time limits, preemption and requeue), with no 
 from __future__ import annotations
 
 __all__ = [
-    "EXECUTORS", "SlurmOptions", "RunTask", "NotebookTask", "submit", "submit_tasks", "collect",
-    "executed_without_error", "sweep_folder", "Manifest"
+    "EXECUTORS", "Outcome", "SlurmOptions", "RunTask", "NotebookTask", "submit", "submit_tasks", "collect",
+    "command_parameters", "executed_without_error", "sweep_folder", "Manifest"
 ]
 
 import dataclasses
@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import submitit
 
@@ -48,6 +48,17 @@ from dpbook.repro import results
 from dpbook.repro.experiment import Experiment
 
 EXECUTORS = ("local", "debug", "slurm")
+
+
+class Outcome(NamedTuple):
+    """What became of one run (or one notebook execution) of a sweep: ``state`` is ``"done"`` (made by this sweep),
+    ``"skipped"`` (recorded already, or made meanwhile by the process this sweep waited for), ``"held"`` (another
+    process is making it: the sweep comes back to it at the end) or ``"failed"``, with ``why`` in one line."""
+
+    path: str
+    seconds: float
+    state: str = "done"
+    why: str = ""
 
 
 def _option(default, help_text: str, domain: checks.Domain):
@@ -136,7 +147,8 @@ class SlurmOptions:
 
 class RunTask(submitit.helpers.Checkpointable):
     """One job's work: train ``experiments`` in turn (each skipped when recorded, resumed from its checkpoint when
-    one exists), with ``run`` (:func:`dpbook.repro.sweep.run_one`). Returns ``[(result path, seconds, error or None)]``.
+    one exists), with ``run`` (:func:`dpbook.repro.sweep.run_one`), and then those another process held, waiting
+    for each. Returns an :class:`Outcome` per run.
 
     When submitit's preemption or time-limit signal arrives, the training run stops after its current step with a
     checkpoint, and submitit's own handler then requeues the job with this same task (``checkpoint`` is
@@ -146,11 +158,13 @@ class RunTask(submitit.helpers.Checkpointable):
     def __init__(self, experiments: Sequence[Experiment], run_kwargs: dict, run: Callable):
         self.experiments, self.run_kwargs, self.run = list(experiments), dict(run_kwargs), run
 
-    def __call__(self) -> list[tuple[str, float, str | None]]:
+    def __call__(self) -> list[Outcome]:
         submitit_handler = signal.getsignal(signal.SIGUSR2)
         signal.signal(signal.SIGUSR2, lambda signum, frame: train.request_stop())
         try:
-            return [self.run(exp, self.run_kwargs) for exp in self.experiments]
+            first = [self.run(exp, self.run_kwargs) for exp in self.experiments]
+            return [self.run(exp, self.run_kwargs, wait=True) if outcome.state == "held" else outcome
+                    for exp, outcome in zip(self.experiments, first)]
         except train.Interrupted as stopped:
             print(f"dpbook: {stopped}", file=sys.stderr, flush=True)
             if callable(submitit_handler):  # under submitit: checkpoint, requeue, exit
@@ -171,18 +185,20 @@ def _make_executor(kind: str, folder: Path, slurm: SlurmOptions | None = None) -
 
 
 class NotebookTask(submitit.helpers.Checkpointable):
-    """One job's work in a notebook sweep: one papermill ``command`` writing ``out``; returns ``[(out, seconds,
-    error or None)]``, the error described by ``describe(out, stderr)``. A requeued task runs the notebook again,
+    """One job's work in a notebook sweep: one papermill ``command`` writing ``out``; returns its :class:`Outcome`,
+    a failure described by ``describe(out, stderr)``. A requeued task runs the notebook again,
     whose training runs resume from their checkpoints."""
 
     def __init__(self, command: Sequence[str], out: str, describe: Callable[[Path, str], str]):
         self.command, self.out, self.describe = list(command), str(out), describe
 
-    def __call__(self) -> list[tuple[str, float, str | None]]:
+    def __call__(self) -> list[Outcome]:
         started = time.perf_counter()
         done = subprocess.run(self.command, capture_output=True, text=True)
-        error = None if done.returncode == 0 else self.describe(Path(self.out), done.stderr)
-        return [(self.out, time.perf_counter() - started, error)]
+        if done.returncode != 0:
+            return [Outcome(self.out, time.perf_counter() - started, "failed", self.describe(Path(self.out),
+                                                                                             done.stderr))]
+        return [Outcome(self.out, time.perf_counter() - started)]
 
 
 def submit(todo: Sequence[Experiment], *, kind: str, folder: Path, slurm: SlurmOptions | None, run_kwargs: dict,
@@ -218,9 +234,9 @@ def collect(submitted: Sequence[tuple[Sequence[str], submitit.Job]], on_outcome:
                 outcomes = job.result()
             except Exception as err:  # the job died: name why
                 reason = _last_error_line(job) or f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-                outcomes = [(label, 0.0, f"job {job.job_id}: {reason}") for label in labels]
+                outcomes = [Outcome(label, 0.0, "failed", f"job {job.job_id}: {reason}") for label in labels]
             for outcome in outcomes:
-                on_outcome(*outcome)
+                on_outcome(outcome)
         waiting = still
         if waiting:
             time.sleep(poll_s)
@@ -240,14 +256,28 @@ def _error_line(path: str | Path | None) -> str:
     return (named or lines or [""])[-1].strip()[:300]
 
 
-def executed_without_error(notebook: str | Path) -> bool:
+def command_parameters(command: Sequence[str]) -> dict | None:
+    """The parameters a papermill ``command`` passes as one YAML mapping (``-y``), as papermill reads them; None for
+    a command without one (a manifest written before sweeps passed them so).
+
+    >>> command_parameters(["papermill", "a.ipynb", "b.ipynb", "-y", "{seeds: [0, 1], mode: run}"])
+    {'seeds': [0, 1], 'mode': 'run'}
+    """
+    import yaml  # papermill's own YAML library
+
+    return yaml.safe_load(command[command.index("-y") + 1]) if "-y" in command else None
+
+
+def executed_without_error(notebook: str | Path, parameters: dict | None = None) -> bool:
     """Whether papermill executed ``notebook`` to its end: its metadata records an end time and no cell's exception
-    (papermill writes None, or True once a cell raised)."""
+    (papermill writes None, or True once a cell raised), and, when ``parameters`` are given, that it ran with those
+    (the file is the execution a sweep asked for, not another one's)."""
     try:
         meta = json.loads(Path(notebook).read_text())["metadata"].get("papermill", {})
     except (OSError, ValueError, KeyError):
         return False
-    return meta.get("end_time") is not None and not meta.get("exception")
+    ran_with = parameters is None or meta.get("parameters") == parameters
+    return meta.get("end_time") is not None and not meta.get("exception") and ran_with
 
 
 def sweep_folder(root: str | Path) -> Path:
@@ -361,7 +391,7 @@ class Manifest:
     def done(self, entry: dict) -> bool:
         if self.kind == "runs":
             return results.recorded(entry["result"]) is not None
-        return executed_without_error(entry["result"])
+        return executed_without_error(entry["result"], command_parameters(entry["command"]))
 
     def states(self) -> list[dict]:
         """Per run: its state (done, or the job's: pending, running, failed, ...) and, if it failed, why."""

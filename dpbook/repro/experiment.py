@@ -37,7 +37,7 @@ from __future__ import annotations
 __all__ = [
     "OPTIMIZERS", "DATA_SOURCES", "Experiment", "smoke_data", "shape_data", "shapes_size", "load_task_data",
     "build_task_model", "make_optimizer", "resolve_device", "plan_of", "SPENT_TOLERANCE", "charged_epsilon",
-    "check_spent", "Prepared", "prepare", "run_experiment"
+    "check_spent", "Prepared", "prepare", "run_experiment", "train_once"
 ]
 
 import dataclasses
@@ -388,27 +388,52 @@ def _shapes_of(exp: Experiment, device: torch.device) -> data.DataSplits:
 def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS_DIR,
                    data_root: str | Path = data.DEFAULT_ROOT, download: bool = False, device: str = "auto",
                    checkpoint_dir: str | Path | None = None, checkpoint_every: int = 200,
-                   progress: bool | None = None, overwrite: bool = False, per_sample: str = "auto") -> dict:
+                   progress: bool | None = None, overwrite: bool = False, per_sample: str = "auto",
+                   wait: bool = True) -> dict:
     """Run ``exp`` (or return its existing record) and write its result file; see the module docstring.
 
     ``checkpoint_dir`` (default: ``<results_dir>/.checkpoints``, not in git) holds the run's checkpoint while it
     trains; a rerun after an interruption resumes from it, and it is deleted once the result is written.
     ``per_sample`` is the engine's per-sample path (:data:`dpbook.optim.PER_SAMPLE_ENGINES`): like the device and
     the micro-batch size it changes how fast a run trains, not its result (beyond float rounding), so it is not
-    part of the run's key.
+    part of the run's key. The run holds the claim on its result file while it trains (:func:`dpbook.io.claim`):
+    a second process asking for the same run at the same time waits for it and returns its record (``wait``), or
+    raises :class:`dpbook.io.Held`; no run is trained twice.
     """
+    return train_once(exp, results_dir=results_dir, data_root=data_root, download=download, device=device,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
+                      overwrite=overwrite, per_sample=per_sample, wait=wait)[0]
+
+
+def train_once(exp: Experiment, *, results_dir: str | Path = results.RESULTS_DIR, overwrite: bool = False,
+               wait: bool = True, checkpoint_dir: str | Path | None = None, per_sample: str = "auto",
+               **trainer_kwargs) -> tuple[dict, bool]:
+    """:func:`run_experiment`'s work, and whether this call trained the run: ``(record, trained)``; False when the
+    record was on disk already, or was written by the process this one waited for (a sweep counts it so)."""
     checks.one_of("per_sample (the engine's per-sample path)", per_sample, PER_SAMPLE_ENGINES)
     path = exp.path(results_dir)
     done = None if overwrite else results.recorded(path)
     if done is not None:
-        return done
+        return done, False
+    with io.claim(path, wait=wait):
+        done = None if overwrite else results.recorded(path)  # written meanwhile by the holder this one waited for
+        if done is not None:
+            return done, False
+        ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else Path(results_dir) / ".checkpoints"
+        _train(exp, path, ckpt_dir / exp.study / f"{path.stem}.pt", per_sample=per_sample, **trainer_kwargs)
+    return results.read_result(path), True
+
+
+def _train(exp: Experiment, path: Path, checkpoint: Path, *, data_root: str | Path = data.DEFAULT_ROOT,
+           download: bool = False, device: str = "auto", checkpoint_every: int = 200, progress: bool | None = None,
+           per_sample: str = "auto") -> None:
+    """Steps 1 to 6 of the module docstring: train ``exp`` (from its ``checkpoint`` if there is one) and write its
+    result file at ``path``."""
     io.remove_stale_temporaries(path.parent)
     started = time.perf_counter()
     run = prepare(exp, data_root=data_root, download=download, device=device)
     splits, plan, model = run.splits, run.plan, run.model
     N = len(splits.x_train)
-    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else Path(results_dir) / ".checkpoints"
-    checkpoint = ckpt_dir / exp.study / f"{path.stem}.pt"
     trainer = run.trainer(checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress,
                           per_sample=per_sample)
     resumed = checkpoint.exists()  # Trainer.run resumes from it
@@ -435,7 +460,6 @@ def run_experiment(exp: Experiment, *, results_dir: str | Path = results.RESULTS
     }
     results.write_result(record, path)
     checkpoint.unlink(missing_ok=True)
-    return results.read_result(path)
 
 
 def _epoch_columns(rows: list[Mapping[str, Any]]) -> dict[str, list]:

@@ -24,11 +24,14 @@ CPU thread each by default); a failed run is reported and the sweep goes on. The
 from __future__ import annotations
 
 __all__ = [
-    "run_one", "run_all", "check_notebook_grid", "notebook_commands", "run_notebook_grid", "run_notebooks",
+    "run_one", "run_all", "check_notebook_grid", "notebook_commands", "papermill_yaml", "executed_name",
+    "run_notebook_grid", "run_notebooks",
     "KERNEL_START_TIMEOUT_S"
 ]
 
 import concurrent.futures as cf
+import hashlib
+import json
 import multiprocessing
 import os
 import re
@@ -36,13 +39,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tqdm.std import tqdm
 
 from dpbook import checks, io, train
 from dpbook.repro import dispatch, params, results
-from dpbook.repro.experiment import Experiment, run_experiment
+from dpbook.repro.dispatch import Outcome
+from dpbook.repro.experiment import Experiment, train_once
 from dpbook.tuning import grid_product
 
 
@@ -67,19 +71,41 @@ def _die_with_parent(parent: int | None = None) -> None:
             os._exit(1)
 
 
-def run_one(exp: Experiment, kwargs: dict) -> tuple[str, float, str | None]:
-    """Train one run (skipped when recorded): ``(result path, seconds, None)``, or the error's first line (its type
-    and message) in place of None. A run stopped on request (:class:`dpbook.train.Interrupted`, a preempted job) is
-    not an error: it propagates, and its checkpoint resumes it."""
+def run_one(exp: Experiment, kwargs: dict, wait: bool = False) -> Outcome:
+    """Train one run unless it is recorded, holding its claim (:func:`dpbook.repro.experiment.train_once`); its
+    :class:`~dpbook.repro.dispatch.Outcome`: done, skipped, failed with the error's first line (its type and
+    message), or held by another process (unless ``wait``: then this one waits for it). A run stopped on request
+    (:class:`dpbook.train.Interrupted`, a preempted job) is not an error: it propagates, and its checkpoint resumes
+    it."""
     started = time.perf_counter()
+    path = str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR)))
     try:
-        run_experiment(exp, progress=False, **kwargs)
-        return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), time.perf_counter() - started, None
+        _, trained = train_once(exp, progress=False, wait=wait, **kwargs)
+        return Outcome(path, time.perf_counter() - started, "done" if trained else "skipped")
+    except io.Held as held:
+        return Outcome(path, 0.0, "held", str(held))
     except train.Interrupted:
         raise
     except Exception as err:  # a sweep reports a failed run, in one line, and goes on
-        why = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
-        return str(exp.path(kwargs.get("results_dir", results.RESULTS_DIR))), 0.0, why
+        return Outcome(path, 0.0, "failed", f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}")
+
+
+def _in_two_passes(todo: Sequence[Experiment], run: Callable[[Sequence[Experiment], bool], Iterable],
+                   summary: dict) -> Iterator[Outcome]:
+    """The outcomes of the runs ``todo``: ``run(runs, wait)`` yields ``(experiment, outcome)`` pairs; the runs
+    another process held in the first pass are run again at the end, waiting for it (two sweeps over one results
+    folder each train what the other is not training, then wait for the rest). ``summary["elsewhere"]`` counts those
+    the other process recorded."""
+    held = []
+    for exp, outcome in run(todo, False):
+        if outcome.state == "held":
+            held.append(exp)
+        else:
+            yield outcome
+    summary["elsewhere"] = 0
+    for _, outcome in run(held, True):
+        summary["elsewhere"] += outcome.state == "skipped"
+        yield outcome
 
 
 def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 1, progress: bool | None = None,
@@ -92,7 +118,8 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     ``slurm`` options. The manifest goes to ``sweep_dir`` (default ``<results_dir>/.sweeps/<UTC time>``), with the
     benchmark ``plan`` the runs come from (:meth:`dpbook.repro.benchmark.Benchmark.run`).
     ``run_kwargs`` go to :func:`dpbook.repro.experiment.run_experiment` (``results_dir``, ``device``,
-    ``data_root``, ...).
+    ``data_root``, ...). Each run is claimed while it trains (:func:`dpbook.io.claim`): a run that another sweep is
+    training is left to the end, then waited for, and counted as skipped once that sweep has recorded it.
     """
     checks.one_of("executor", executor, dispatch.EXECUTORS)
     results_dir = run_kwargs.get("results_dir", results.RESULTS_DIR)
@@ -107,33 +134,37 @@ def run_all(experiments: Iterable[Experiment], *, jobs: int = 1, threads: int = 
     manifest.write()
     summary["manifest"] = str(manifest.path)
     bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="run", desc="sweep")
+    bar.write(f"sweep of {len(todo)} run(s) on {executor}; manifest {manifest.path}")
     if executor != "local":
         submitted = dispatch.submit(todo, kind=executor, folder=folder, slurm=slurm, run_kwargs=run_kwargs,
                                     run=run_one)
         manifest.record_jobs([([exp.key() for exp in group], job) for group, job in submitted])
-        bar.write(f"{len(submitted)} {executor} job(s); manifest {manifest.path}")
+        bar.write(f"{len(submitted)} {executor} job(s)")
         labelled = [([str(exp.path(results_dir)) for exp in group], job) for group, job in submitted]
-        dispatch.collect(labelled, lambda *outcome: _collect([outcome], summary, bar))
+        dispatch.collect(labelled, lambda outcome: _collect([outcome], summary, bar))
     elif jobs <= 1:
         _init_worker(threads)
-        outcomes = (run_one(exp, run_kwargs) for exp in todo)
-        _collect(outcomes, summary, bar)
+        in_turn = lambda runs, wait: ((exp, run_one(exp, run_kwargs, wait)) for exp in runs)  # noqa: E731
+        _collect(_in_two_passes(todo, in_turn, summary), summary, bar)
     else:
         context = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
                                     initargs=(threads, os.getpid())) as pool:
-            futures = [pool.submit(run_one, exp, run_kwargs) for exp in todo]
-            _collect((f.result() for f in cf.as_completed(futures)), summary, bar)
+            def at_once(runs, wait):
+                futures = {pool.submit(run_one, exp, run_kwargs, wait): exp for exp in runs}
+                return ((futures[f], f.result()) for f in cf.as_completed(futures))
+
+            _collect(_in_two_passes(todo, at_once, summary), summary, bar)
     bar.close()
     return summary
 
 
-def _collect(outcomes, summary: dict, bar) -> None:
-    for path, seconds, error in outcomes:
-        if error is None:
-            summary["done"] += 1
+def _collect(outcomes: Iterable[Outcome], summary: dict, bar) -> None:
+    for outcome in outcomes:
+        if outcome.state == "failed":
+            summary["failed"].append((outcome.path, outcome.why))  # printed once, in the sweep's summary
         else:
-            summary["failed"].append((path, error))  # printed once, in the sweep's summary
+            summary[outcome.state] = summary.get(outcome.state, 0) + 1
         bar.update(1)
         bar.set_postfix(done=summary["done"], failed=len(summary["failed"]))
 
@@ -200,21 +231,48 @@ def notebook_commands(notebook: str | Path, grid: dict[str, list], fixed: dict[s
                       output_dir: str | Path = "data/results/executed",
                       kernel: str = "python3") -> list[tuple[list[str], Path]]:
     """The papermill command of each grid point (plus the ``fixed`` parameters) and the notebook it writes under
-    ``output_dir``, every point checked first (:func:`check_notebook_grid`)."""
+    ``output_dir``, every point checked first (:func:`check_notebook_grid`). The parameters go to papermill as one
+    YAML mapping (``-y``), which papermill records in the executed notebook as given; the notebook's name is
+    :func:`executed_name`, which no other set of parameters shares."""
     notebook = Path(notebook)
     points = grid_product(**grid)
     check_notebook_grid(notebook, [{**fixed, **point} for point in points])
 
     def command_of(point: dict) -> tuple[list[str], Path]:
-        tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))
-        out = Path(output_dir) / f"{notebook.stem}_{tag}.ipynb"
-        command = [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar",
-                   "--start-timeout", str(KERNEL_START_TIMEOUT_S)]
-        for k, v in {**fixed, **point}.items():
-            command += ["-p", k, str(v)] if not isinstance(v, (list, dict)) else ["-y", f"{k}: {v!r}"]
-        return command, out
+        parameters = {**fixed, **point}
+        out = Path(output_dir) / executed_name(notebook, point, parameters)
+        return [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar",
+                "--start-timeout", str(KERNEL_START_TIMEOUT_S), "-y", papermill_yaml(parameters)], out
 
     return [command_of(point) for point in points]
+
+
+def papermill_yaml(parameters: dict[str, Any]) -> str:
+    """``parameters`` as the one-line YAML mapping papermill's ``-y`` reads back to the same values (a tuple as a
+    list), and records in the executed notebook.
+
+    >>> papermill_yaml({"epsilons": [2.0, 1e-05], "mode": "run", "smoke": True, "n": "2"})
+    "{epsilons: [2.0, 1.0e-05], mode: run, smoke: true, n: '2'}"
+    """
+    import yaml  # papermill's own YAML library, which reads the mapping back
+
+    plain = json.loads(json.dumps(parameters))  # tuples as lists, keys as text
+    return yaml.safe_dump(plain, default_flow_style=True, sort_keys=False, width=10**6).strip()
+
+
+def executed_name(notebook: Path, point: dict[str, Any], parameters: dict[str, Any]) -> str:
+    """The executed notebook's file name: the notebook's stem and the grid ``point`` as a readable prefix, then a
+    digest of every parameter it runs with, so that two executions with different parameters never share a file
+    (whatever the characters the prefix leaves out).
+
+    >>> executed_name(Path("nb.ipynb"), {"seed": 1}, {"seed": 1, "mode": "run"})
+    'nb_seed=1_363f074e26.ipynb'
+    >>> executed_name(Path("nb.ipynb"), {"seed": 1}, {"seed": 1, "mode": "render"})
+    'nb_seed=1_a66ff71b6a.ipynb'
+    """
+    tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))[:80]
+    digest = hashlib.sha256(json.dumps(json.loads(json.dumps(parameters)), sort_keys=True).encode()).hexdigest()
+    return "_".join(filter(None, (notebook.stem, tag, digest[:10]))) + ".ipynb"
 
 
 def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
@@ -246,17 +304,19 @@ def run_notebooks(commands: Sequence[tuple[list[str], Path]], *, output_dir: str
     manifest = dispatch.Manifest.new_notebooks(folder, executor, output_dir, slurm, commands)
     manifest.write()
     todo = [(command, Path(out)) for command, out in commands
-            if not (skip_done and dispatch.executed_without_error(out))]
+            if not (skip_done and dispatch.executed_without_error(out, dispatch.command_parameters(command)))]
     summary = {"planned": len(commands), "done": 0, "failed": [], "manifest": str(manifest.path),
                **({"skipped": len(commands) - len(todo)} if skip_done else {})}
 
-    def execute(command: list[str], out: Path) -> tuple[str, float, str | None]:
+    def execute(command: list[str], out: Path) -> Outcome:
         sweep_pid = os.getpid()
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(),
                               preexec_fn=lambda: _die_with_parent(sweep_pid))  # its kernel ends with it too
-        return str(out), 0.0, None if done.returncode == 0 else _failed_cell(out, done.stderr)
+        return Outcome(str(out), 0.0) if done.returncode == 0 else Outcome(str(out), 0.0, "failed",
+                                                                          _failed_cell(out, done.stderr))
 
     bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="notebook")
+    bar.write(f"sweep of {len(todo)} notebook execution(s) on {executor}; manifest {manifest.path}")
     if executor == "local":
         with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
             _collect(pool.map(lambda c: execute(*c), todo), summary, bar)
@@ -264,8 +324,8 @@ def run_notebooks(commands: Sequence[tuple[list[str], Path]], *, output_dir: str
         tasks = [dispatch.NotebookTask(command, out, _failed_cell) for command, out in todo]
         submitted = dispatch.submit_tasks(tasks, kind=executor, folder=folder, slurm=slurm)
         manifest.record_jobs([([Path(task.out).stem], job) for task, job in zip(tasks, submitted)])
-        bar.write(f"{len(submitted)} {executor} job(s); manifest {manifest.path}")
+        bar.write(f"{len(submitted)} {executor} job(s)")
         dispatch.collect([([task.out], job) for task, job in zip(tasks, submitted)],
-                         lambda *outcome: _collect([outcome], summary, bar))
+                         lambda outcome: _collect([outcome], summary, bar))
     bar.close()
     return summary

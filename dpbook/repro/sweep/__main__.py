@@ -109,14 +109,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _summary_lines(summaries: list[dict]) -> list[str]:
-    """The end of a sweep: per phase, what was planned, done, skipped (already recorded) and failed, with why.
+    """The end of a sweep: per phase, what was planned, done, skipped (already recorded) and failed, with why, and
+    how many runs another process was training when this sweep came to them (it waited for them).
 
     >>> _summary_lines([{"planned": 3, "skipped": 1, "done": 1, "failed": [("a.json", "ValueError: x")]}])
     ['planned 3: done 1, skipped 1 (already recorded), failed 1', '  FAILED a.json: ValueError: x']
+    >>> _summary_lines([{"planned": 4, "skipped": 2, "done": 2, "failed": [], "elsewhere": 2}])[0]
+    'planned 4: done 2, skipped 2 (already recorded; 2 by another sweep, which this one waited for), failed 0'
     """
     lines = []
     for s in summaries:
-        skipped = f", skipped {s['skipped']} (already recorded)" if "skipped" in s else ""
+        elsewhere = f"; {s['elsewhere']} by another sweep, which this one waited for" if s.get("elsewhere") else ""
+        skipped = f", skipped {s['skipped']} (already recorded{elsewhere})" if "skipped" in s else ""
         lines.append(f"planned {s['planned']}: done {s['done']}{skipped}, failed {len(s['failed'])}")
         lines += [f"  FAILED {where}: {why}" for where, why in s["failed"]]
         lines += [f"  unreachable {why}" for why in s.get("unreachable", [])]
