@@ -5,6 +5,7 @@ problem and the fix, or done right instead of silently wrong."""
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -310,6 +311,52 @@ def test_resume_after_a_kill_finishes_the_same_runs(where, uninterrupted, tmp_pa
     assert recorded(tmp_path) == expected
     assert sweep_cli.main(["status", str(manifest)]) == 0
     assert f": {len(expected)} run(s), done {len(expected)}" in capsys.readouterr().out
+
+
+def test_a_moved_results_folder_keeps_its_sweeps(uninterrupted, tmp_path, capsys, one_thread):
+    """A results folder moved with its .sweeps: status finds every run done where the folder now is, resume trains
+    nothing and makes nothing at the old place."""
+    expected, _, folder = uninterrupted
+    old, new = tmp_path / "old", tmp_path / "new"
+    shutil.copytree(folder, old)
+    old.rename(new)
+    manifest = next((new / ".sweeps").glob("*/manifest.json"))
+    capsys.readouterr()
+    assert sweep_cli.main(["status", str(manifest)]) == 0
+    assert f": {len(expected)} run(s), done {len(expected)}" in capsys.readouterr().out
+    assert sweep_cli.main(["resume", str(manifest), "--jobs", "1"]) == 0
+    assert "done 0, skipped" in capsys.readouterr().out
+    assert recorded(new) == expected and not old.exists()
+
+
+def test_a_manifest_whose_results_folder_is_gone_names_both_places(tmp_path, one_thread):
+    """A manifest kept apart from its results folder reads the folder where it was while that is there; once that
+    is gone, status and resume stop, naming both places, and train nothing anywhere."""
+    from dpbook.repro import sweep
+    from dpbook.repro.experiment import Experiment
+
+    run = Experiment(study="apart", dataset="digits", model="digits_mlp", method="dpsgd", hyperparameters={"C": 1.0},
+                     epsilon=4.0, epochs=1, batch_size=256, lr=0.05)
+    summary = sweep.run_all([run], results_dir=tmp_path / "results", progress=False)
+    apart = tmp_path / "apart" / "manifest.json"
+    apart.parent.mkdir()
+    shutil.copy(summary["manifest"], apart)
+    assert sweep_cli.main(["status", str(apart)]) == 0
+    shutil.rmtree(tmp_path / "results")
+    for command in ("status", "resume"):
+        code, last = exit_and_message(sweep_cli.main, [command, str(apart)])
+        assert code == 2 and f"{apart}: the sweep's results folder is gone: it was {tmp_path / 'results'}" in last
+        assert f"a results folder it moved with ({tmp_path.parent})" in last
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["apart", "manifest.json"]
+
+
+def test_a_manifest_of_an_older_dpbook_says_how_to_go_on(tmp_path):
+    old = tmp_path / "manifest.json"
+    old.write_text(json.dumps({"kind": "runs", "executor": "local", "results_dir": str(tmp_path), "run_kwargs": {},
+                               "slurm": None, "entries": []}))
+    code, last = exit_and_message(sweep_cli.main, ["status", str(old)])
+    assert code == 2 and "was written by an older dpbook (manifest version 1" in last
+    assert "run the sweep's own command again" in last
 
 
 # ---------------------------------------------------------------------------------------------------------------

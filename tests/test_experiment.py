@@ -307,6 +307,23 @@ def test_two_notebook_sweeps_never_overwrite_each_others_executions(tmp_path, ca
     assert "1 notebook(s), not done 1" in capsys.readouterr().out
 
 
+def test_a_notebook_sweep_resumes_from_another_folder(tmp_path, monkeypatch, capsys):
+    """The sweep ran with relative paths from one folder; resume, from another, finds the notebook and the
+    executions (and executes only the one that failed)."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    tiny_notebook(here / "tiny.ipynb", "assert x != 2, 'x must not be two'")
+    assert sweep_cli.main(["notebook", "tiny.ipynb", "--grid", "x=1,2", "--output-dir", "executed"]) == 1
+    manifest = next((here / "executed" / ".sweeps").glob("*/manifest.json"))
+    tiny_notebook(here / "tiny.ipynb", "assert x in (1, 2)")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert sweep_cli.main(["resume", str(manifest)]) == 0
+    assert "planned 2: done 1, skipped 1 (already recorded), failed 0" in capsys.readouterr().out
+    assert not (tmp_path / "executed").exists()
+
+
 def test_compare_never_invents_a_number():
     paper = {"rows": [{"dataset": "mnist", "method": "dpsgd", "value": 95.0, "std": 0.2}]}
     cells = [{"dataset": "mnist", "method": "dpsgd"}, {"dataset": "mnist", "method": "dcsgd-e"}]

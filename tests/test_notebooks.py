@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbook.repro.sweep import KERNEL_START_TIMEOUT_S
+from dpbook.repro.dispatch import KERNEL_START_TIMEOUT_S
 
 from . import checked_outputs
 

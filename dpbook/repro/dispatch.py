@@ -26,13 +26,15 @@ job arrays do natively (queueing, time limits, preemption and requeue), with no 
 from __future__ import annotations
 
 __all__ = [
-    "EXECUTORS", "Outcome", "SlurmOptions", "RunTask", "NotebookTask", "submit", "submit_tasks", "collect",
-    "command_parameters", "executed_without_error", "sweep_folder", "Manifest"
+    "EXECUTORS", "Outcome", "SlurmOptions", "RunTask", "KERNEL_START_TIMEOUT_S", "papermill_yaml", "Execution",
+    "NotebookTask", "submit", "submit_tasks", "collect", "executed_without_error", "sweep_folder", "MANIFEST_VERSION",
+    "Manifest"
 ]
 
 import dataclasses
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -184,21 +186,60 @@ def _make_executor(kind: str, folder: Path, slurm: SlurmOptions | None = None) -
     return executor
 
 
-class NotebookTask(submitit.helpers.Checkpointable):
-    """One job's work in a notebook sweep: one papermill ``command`` writing ``out``; returns its :class:`Outcome`,
-    a failure described by ``describe(out, stderr)``. A requeued task runs the notebook again,
-    whose training runs resume from their checkpoints."""
+#: Seconds papermill waits for a notebook's kernel to start (papermill's default, 60 s, fails a grid point when
+#: several kernels start at once on a busy machine: seen on a 2-core CI runner).
+KERNEL_START_TIMEOUT_S = 600
 
-    def __init__(self, command: Sequence[str], out: str, describe: Callable[[Path, str], str]):
-        self.command, self.out, self.describe = list(command), str(out), describe
+
+def papermill_yaml(parameters: dict[str, Any]) -> str:
+    """``parameters`` as the one-line YAML mapping papermill's ``-y`` reads back to the same values (a tuple as a
+    list), and records in the executed notebook.
+
+    >>> papermill_yaml({"epsilons": [2.0, 1e-05], "mode": "run", "smoke": True, "n": "2"})
+    "{epsilons: [2.0, 1.0e-05], mode: run, smoke: true, n: '2'}"
+    """
+    import yaml  # papermill's own YAML library, which reads the mapping back
+
+    plain = json.loads(json.dumps(parameters))  # tuples as lists, keys as text
+    return yaml.safe_dump(plain, default_flow_style=True, sort_keys=False, width=10**6).strip()
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One papermill execution of a notebook sweep: ``notebook`` run with ``parameters`` on ``kernel``, written to
+    ``out``. ``parameters`` are as papermill records them in the executed notebook (JSON values)."""
+
+    notebook: Path
+    out: Path
+    parameters: dict
+    kernel: str = "python3"
+
+    def command(self) -> list[str]:
+        """The papermill command; the parameters go as one YAML mapping (:func:`papermill_yaml`)."""
+        return [sys.executable, "-m", "papermill", str(self.notebook), str(self.out), "-k", self.kernel,
+                "--no-progress-bar", "--start-timeout", str(KERNEL_START_TIMEOUT_S), "-y",
+                papermill_yaml(self.parameters)]
+
+    def done(self) -> bool:
+        """Whether papermill executed it to its end with these parameters (:func:`executed_without_error`)."""
+        return executed_without_error(self.out, self.parameters)
+
+
+class NotebookTask(submitit.helpers.Checkpointable):
+    """One job's work in a notebook sweep: one :class:`Execution`; returns its :class:`Outcome`, a failure
+    described by ``describe(out, stderr)``. A requeued task runs the notebook again, whose training runs resume
+    from their checkpoints."""
+
+    def __init__(self, execution: Execution, describe: Callable[[Path, str], str]):
+        self.execution, self.describe = execution, describe
 
     def __call__(self) -> list[Outcome]:
         started = time.perf_counter()
-        done = subprocess.run(self.command, capture_output=True, text=True)
+        out = str(self.execution.out)
+        done = subprocess.run(self.execution.command(), capture_output=True, text=True)
         if done.returncode != 0:
-            return [Outcome(self.out, time.perf_counter() - started, "failed", self.describe(Path(self.out),
-                                                                                             done.stderr))]
-        return [Outcome(self.out, time.perf_counter() - started)]
+            return [Outcome(out, time.perf_counter() - started, "failed", self.describe(Path(out), done.stderr))]
+        return [Outcome(out, time.perf_counter() - started)]
 
 
 def submit(todo: Sequence[Experiment], *, kind: str, folder: Path, slurm: SlurmOptions | None, run_kwargs: dict,
@@ -256,18 +297,6 @@ def _error_line(path: str | Path | None) -> str:
     return (named or lines or [""])[-1].strip()[:300]
 
 
-def command_parameters(command: Sequence[str]) -> dict | None:
-    """The parameters a papermill ``command`` passes as one YAML mapping (``-y``), as papermill reads them; None for
-    a command without one (a manifest written before sweeps passed them so).
-
-    >>> command_parameters(["papermill", "a.ipynb", "b.ipynb", "-y", "{seeds: [0, 1], mode: run}"])
-    {'seeds': [0, 1], 'mode': 'run'}
-    """
-    import yaml  # papermill's own YAML library
-
-    return yaml.safe_load(command[command.index("-y") + 1]) if "-y" in command else None
-
-
 def executed_without_error(notebook: str | Path, parameters: dict | None = None) -> bool:
     """Whether papermill executed ``notebook`` to its end: its metadata records an end time and no cell's exception
     (papermill writes None, or True once a cell raised), and, when ``parameters`` are given, that it ran with those
@@ -304,15 +333,36 @@ def sweep_folder(root: str | Path) -> Path:
 # The manifest
 # ----------------------------------------------------------------------------------------------------------------
 
+#: The manifest's format: results and logs are written relative to the manifest's own folder, so that a moved
+#: results folder (its manifests inside it, under ``.sweeps/``) keeps its sweeps' status and resume.
+MANIFEST_VERSION = 2
+
+_LOGS = ("stdout", "stderr")
+
+
+def _inside(base: str | Path, path: str | None) -> str | None:
+    """``path`` (relative to ``base``) as a path from here; None stays None."""
+    return None if path is None else os.path.normpath(os.path.join(base, path))
+
+
+def _relative(base: str | Path, path: str | None) -> str | None:
+    return None if path is None else os.path.relpath(os.path.abspath(path), os.path.abspath(base))
+
+
 @dataclass
 class Manifest:
     """What a sweep submitted, in ``<folder>/manifest.json``: the executor, its options, and per entry its key,
     output (a run's result file, or an executed notebook), what it executes (the run's experiment fields, or the
-    papermill command), job id and log files. ``kind`` is "runs" or "notebooks". A benchmark's sweep also records its
-    ``plan`` (:meth:`dpbook.repro.benchmark.Benchmark.plan`, with the benchmark's study): its second phase, the
-    re-runs of the best points, is known only from the first phase's results, so ``status`` and ``resume`` plan it
-    again from the plan. A convenience for ``status`` and ``resume``; the outputs stay the truth: a run is done when
-    its result file is recorded, a notebook when papermill executed it without an exception."""
+    notebook and its parameters), job id and log files. ``kind`` is "runs" or "notebooks". A benchmark's sweep also
+    records its ``plan`` (:meth:`dpbook.repro.benchmark.Benchmark.plan`, with the benchmark's study): its second
+    phase, the re-runs of the best points, is known only from the first phase's results, so ``status`` and
+    ``resume`` plan it again from the plan. A convenience for ``status`` and ``resume``; the outputs stay the truth:
+    a run is done when its result file is recorded, a notebook when papermill executed it with its parameters
+    without an exception.
+
+    On disk the results folder is written relative to the manifest's folder (and as it was, absolute), and each
+    output relative to the results folder (:data:`MANIFEST_VERSION`); in memory they are paths from here. A results
+    folder moved with its ``.sweeps/`` is found where it now is; one that is gone is an error naming both places."""
 
     path: Path
     kind: str
@@ -336,9 +386,11 @@ class Manifest:
 
     @classmethod
     def new_notebooks(cls, folder: Path, executor: str, output_dir, slurm: SlurmOptions | None,
-                      commands: Iterable[tuple[list[str], Path]]) -> "Manifest":
-        """The manifest of a notebook sweep: one entry per papermill ``(command, executed notebook)``."""
-        entries = [{"key": Path(out).stem, "result": str(out), "command": list(command)} for command, out in commands]
+                      executions: Iterable[Execution]) -> "Manifest":
+        """The manifest of a notebook sweep: one entry per :class:`Execution` (its notebook by its absolute path:
+        ``resume`` may run from another folder)."""
+        entries = [{"key": e.out.stem, "result": str(e.out), "notebook": str(Path(e.notebook).absolute()),
+                    "parameters": e.parameters, "kernel": e.kernel} for e in executions]
         return cls._create(folder, "notebooks", executor, output_dir, {}, slurm, entries)
 
     @classmethod
@@ -348,7 +400,7 @@ class Manifest:
         path = Path(folder) / "manifest.json"
         before = {e["key"]: e for e in cls.read(path).entries} if path.exists() else {}
         for entry in entries:
-            entry.update({f: before.get(entry["key"], {}).get(f) for f in ("job", "stdout", "stderr")})
+            entry.update({f: before.get(entry["key"], {}).get(f) for f in ("job", *_LOGS)})
         planned = {entry["key"] for entry in entries}
         entries = [e for key, e in before.items() if key not in planned] + entries
         return cls(path, kind, executor, str(results_dir), run_kwargs,
@@ -356,17 +408,43 @@ class Manifest:
 
     @classmethod
     def read(cls, path: str | Path) -> "Manifest":
+        """The manifest at ``path`` (or in the folder ``path``), its paths resolved from where it now is."""
         path = Path(path)
         if path.is_dir():
             path = path / "manifest.json"
         try:
             data = json.loads(path.read_text())
-            return cls(path=path, **{k: data[k] for k in ("kind", "executor", "results_dir", "run_kwargs", "slurm",
-                                                             "entries")}, plan=data.get("plan"))
+            fields = {k: data[k] for k in ("kind", "executor", "results_dir", "run_kwargs", "slurm", "entries")}
         except FileNotFoundError:
             raise FileNotFoundError(f"no sweep manifest at {path}: give the manifest.json a sweep printed") from None
-        except (ValueError, KeyError) as err:
+        except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{path} is not a sweep manifest ({type(err).__name__}: {err})") from None
+        if data.get("version") != MANIFEST_VERSION:
+            raise ValueError(f"{path} was written by an older dpbook (manifest version {data.get('version', 1)}; "
+                             f"this one reads version {MANIFEST_VERSION}): run the sweep's own command again, which "
+                             f"skips every run it finished")
+        here = path.absolute().parent
+        results_dir = cls._results_folder(path, fields["results_dir"], data.get("results_dir_absolute"))
+        for entry in fields["entries"]:
+            entry["result"] = _inside(results_dir, entry["result"])
+            entry.update({log: _inside(here, entry.get(log)) for log in _LOGS})
+        return cls(path=path, **{**fields, "results_dir": results_dir}, plan=data.get("plan"))
+
+    @staticmethod
+    def _results_folder(path: Path, relative: str, absolute: str | None) -> str:
+        """Where the sweep's results now are: the folder the manifest's ``.sweeps`` sits in when it moved with it
+        (the recorded path from the manifest's folder leads there), else the folder recorded when the manifest was
+        written, if it is still there; else a FileNotFoundError naming both."""
+        here = path.absolute().parent
+        moved_with_it = _inside(here, relative)
+        if here.parent.name == ".sweeps" and Path(moved_with_it) == here.parent.parent and here.parent.parent.is_dir():
+            return moved_with_it
+        if absolute is not None and Path(absolute).is_dir():
+            return absolute
+        raise FileNotFoundError(
+            f"{path}: the sweep's results folder is gone: it was {absolute}, and the manifest is not in the .sweeps "
+            f"folder of a results folder it moved with ({moved_with_it}); put the results folder back, or give the "
+            f"manifest inside it (a sweep's outputs are never made again elsewhere)")
 
     def record_jobs(self, submitted: Sequence[tuple[Sequence[str], submitit.Job]]) -> None:
         """Record the job of each entry: ``submitted`` pairs the keys a job executes with the job."""
@@ -377,21 +455,31 @@ class Manifest:
         self.write()
 
     def write(self) -> None:
+        here = self.path.absolute().parent
+        entries = [{**entry, "result": _relative(self.results_dir, entry["result"]),
+                    **{log: _relative(here, entry.get(log)) for log in _LOGS}} for entry in self.entries]
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "path"}
-        io.atomic_write_json(fields, self.path, indent=1)
+        io.atomic_write_json({"version": MANIFEST_VERSION, **fields, "results_dir": _relative(here, self.results_dir),
+                              "results_dir_absolute": os.path.abspath(self.results_dir), "entries": entries},
+                             self.path, indent=1)
 
     def experiments(self) -> list[Experiment]:
         """The runs of a run sweep."""
         return [Experiment(**e["experiment"]) for e in self.entries]
 
-    def commands(self) -> list[tuple[list[str], Path]]:
-        """The papermill commands of a notebook sweep, with the notebook each one writes."""
-        return [(e["command"], Path(e["result"])) for e in self.entries]
+    def executions(self) -> list[Execution]:
+        """The papermill executions of a notebook sweep; a notebook no longer where the sweep found it is a
+        FileNotFoundError naming it."""
+        gone = sorted({e["notebook"] for e in self.entries if not Path(e["notebook"]).is_file()})
+        if gone:
+            raise FileNotFoundError(f"the notebook(s) {', '.join(gone)} that the sweep {self.path} executed are no "
+                                    f"longer there: put them back, or run the sweep's command again")
+        return [Execution(Path(e["notebook"]), Path(e["result"]), e["parameters"], e["kernel"]) for e in self.entries]
 
     def done(self, entry: dict) -> bool:
         if self.kind == "runs":
             return results.recorded(entry["result"]) is not None
-        return executed_without_error(entry["result"], command_parameters(entry["command"]))
+        return executed_without_error(entry["result"], entry["parameters"])
 
     def states(self) -> list[dict]:
         """Per run: its state (done, or the job's: pending, running, failed, ...) and, if it failed, why."""

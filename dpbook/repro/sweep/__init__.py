@@ -24,9 +24,8 @@ CPU thread each by default); a failed run is reported and the sweep goes on. The
 from __future__ import annotations
 
 __all__ = [
-    "run_one", "run_all", "check_notebook_grid", "notebook_commands", "papermill_yaml", "executed_name",
-    "run_notebook_grid", "run_notebooks",
-    "KERNEL_START_TIMEOUT_S"
+    "run_one", "run_all", "check_notebook_grid", "notebook_executions", "executed_name", "run_notebook_grid",
+    "run_notebooks"
 ]
 
 import concurrent.futures as cf
@@ -222,42 +221,22 @@ def check_notebook_grid(notebook: Path, points: list[dict]) -> tuple[dict, dict]
     return declared, annotations
 
 
-#: Seconds papermill waits for a notebook's kernel to start (papermill's default, 60 s, fails a grid point when
-#: ``jobs`` kernels start at once on a busy machine: seen on a 2-core CI runner).
-KERNEL_START_TIMEOUT_S = 600
-
-
-def notebook_commands(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
-                      output_dir: str | Path = "data/results/executed",
-                      kernel: str = "python3") -> list[tuple[list[str], Path]]:
-    """The papermill command of each grid point (plus the ``fixed`` parameters) and the notebook it writes under
-    ``output_dir``, every point checked first (:func:`check_notebook_grid`). The parameters go to papermill as one
-    YAML mapping (``-y``), which papermill records in the executed notebook as given; the notebook's name is
-    :func:`executed_name`, which no other set of parameters shares."""
+def notebook_executions(notebook: str | Path, grid: dict[str, list], fixed: dict[str, Any], *,
+                        output_dir: str | Path = "data/results/executed",
+                        kernel: str = "python3") -> list[dispatch.Execution]:
+    """The papermill execution of each grid point (plus the ``fixed`` parameters), every point checked first
+    (:func:`check_notebook_grid`). Each writes under ``output_dir`` a notebook named by :func:`executed_name`,
+    which no other set of parameters shares."""
     notebook = Path(notebook)
     points = grid_product(**grid)
     check_notebook_grid(notebook, [{**fixed, **point} for point in points])
 
-    def command_of(point: dict) -> tuple[list[str], Path]:
-        parameters = {**fixed, **point}
-        out = Path(output_dir) / executed_name(notebook, point, parameters)
-        return [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", kernel, "--no-progress-bar",
-                "--start-timeout", str(KERNEL_START_TIMEOUT_S), "-y", papermill_yaml(parameters)], out
+    def execution(point: dict) -> dispatch.Execution:
+        parameters = json.loads(json.dumps({**fixed, **point}))  # as papermill records them: tuples as lists
+        return dispatch.Execution(notebook, Path(output_dir) / executed_name(notebook, point, parameters),
+                                  parameters, kernel)
 
-    return [command_of(point) for point in points]
-
-
-def papermill_yaml(parameters: dict[str, Any]) -> str:
-    """``parameters`` as the one-line YAML mapping papermill's ``-y`` reads back to the same values (a tuple as a
-    list), and records in the executed notebook.
-
-    >>> papermill_yaml({"epsilons": [2.0, 1e-05], "mode": "run", "smoke": True, "n": "2"})
-    "{epsilons: [2.0, 1.0e-05], mode: run, smoke: true, n: '2'}"
-    """
-    import yaml  # papermill's own YAML library, which reads the mapping back
-
-    plain = json.loads(json.dumps(parameters))  # tuples as lists, keys as text
-    return yaml.safe_dump(plain, default_flow_style=True, sort_keys=False, width=10**6).strip()
+    return [execution(point) for point in points]
 
 
 def executed_name(notebook: Path, point: dict[str, Any], parameters: dict[str, Any]) -> str:
@@ -288,44 +267,43 @@ def run_notebook_grid(notebook: str | Path, grid: dict[str, list], fixed: dict[s
     execution (SLURM: one job array). The manifest and the job logs go under ``<output_dir>/.sweeps/``.
     """
     checks.one_of("executor", executor, dispatch.EXECUTORS)
-    commands = notebook_commands(notebook, grid, fixed, output_dir=output_dir, kernel=kernel)
+    executions = notebook_executions(notebook, grid, fixed, output_dir=output_dir, kernel=kernel)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    return run_notebooks(commands, output_dir=output_dir, jobs=jobs, progress=progress, executor=executor,
+    return run_notebooks(executions, output_dir=output_dir, jobs=jobs, progress=progress, executor=executor,
                          slurm=slurm)
 
 
-def run_notebooks(commands: Sequence[tuple[list[str], Path]], *, output_dir: str | Path, jobs: int = 1,
+def run_notebooks(executions: Sequence[dispatch.Execution], *, output_dir: str | Path, jobs: int = 1,
                   progress: bool | None = None, executor: str = "local", slurm: dispatch.SlurmOptions | None = None,
                   sweep_dir: str | Path | None = None, skip_done: bool = False) -> dict:
-    """Run papermill ``commands`` (each with the notebook it writes) on ``executor`` and write the sweep's manifest
-    (in ``sweep_dir``, default ``<output_dir>/.sweeps/<UTC time>``). ``skip_done`` (``resume``): leave out the
-    executions whose notebook papermill already executed without an exception."""
+    """Run the papermill ``executions`` on ``executor`` and write the sweep's manifest (in ``sweep_dir``, default
+    ``<output_dir>/.sweeps/<UTC time>``). ``skip_done`` (``resume``): leave out the executions papermill already
+    ran to their end with their parameters."""
     folder = Path(sweep_dir) if sweep_dir is not None else dispatch.sweep_folder(output_dir)
-    manifest = dispatch.Manifest.new_notebooks(folder, executor, output_dir, slurm, commands)
+    manifest = dispatch.Manifest.new_notebooks(folder, executor, output_dir, slurm, executions)
     manifest.write()
-    todo = [(command, Path(out)) for command, out in commands
-            if not (skip_done and dispatch.executed_without_error(out, dispatch.command_parameters(command)))]
-    summary = {"planned": len(commands), "done": 0, "failed": [], "manifest": str(manifest.path),
-               **({"skipped": len(commands) - len(todo)} if skip_done else {})}
+    todo = [e for e in executions if not (skip_done and e.done())]
+    summary = {"planned": len(executions), "done": 0, "failed": [], "manifest": str(manifest.path),
+               **({"skipped": len(executions) - len(todo)} if skip_done else {})}
 
-    def execute(command: list[str], out: Path) -> Outcome:
+    def execute(e: dispatch.Execution) -> Outcome:
         sweep_pid = os.getpid()
-        done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(),
+        done = subprocess.run(e.command(), capture_output=True, text=True, env=os.environ.copy(),
                               preexec_fn=lambda: _die_with_parent(sweep_pid))  # its kernel ends with it too
-        return Outcome(str(out), 0.0) if done.returncode == 0 else Outcome(str(out), 0.0, "failed",
-                                                                          _failed_cell(out, done.stderr))
+        return Outcome(str(e.out), 0.0) if done.returncode == 0 else Outcome(str(e.out), 0.0, "failed",
+                                                                            _failed_cell(e.out, done.stderr))
 
     bar = tqdm(total=len(todo), disable=None if progress is None else not progress, unit="notebook")
     bar.write(f"sweep of {len(todo)} notebook execution(s) on {executor}; manifest {manifest.path}")
     if executor == "local":
         with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
-            _collect(pool.map(lambda c: execute(*c), todo), summary, bar)
+            _collect(pool.map(execute, todo), summary, bar)
     elif todo:
-        tasks = [dispatch.NotebookTask(command, out, _failed_cell) for command, out in todo]
+        tasks = [dispatch.NotebookTask(e, _failed_cell) for e in todo]
         submitted = dispatch.submit_tasks(tasks, kind=executor, folder=folder, slurm=slurm)
-        manifest.record_jobs([([Path(task.out).stem], job) for task, job in zip(tasks, submitted)])
+        manifest.record_jobs([([e.out.stem], job) for e, job in zip(todo, submitted)])
         bar.write(f"{len(submitted)} {executor} job(s)")
-        dispatch.collect([([task.out], job) for task, job in zip(tasks, submitted)],
+        dispatch.collect([([str(e.out)], job) for e, job in zip(todo, submitted)],
                          lambda outcome: _collect([outcome], summary, bar))
     bar.close()
     return summary

@@ -26,7 +26,7 @@ from dpbook import checks, io
 from dpbook.optim import PER_SAMPLE_ENGINES
 from dpbook.repro import digits_benchmark, dispatch, mnist5k_benchmark, papers, params, results
 from dpbook.repro.benchmark import Benchmark
-from dpbook.repro.sweep import check_notebook_grid, notebook_commands, run_all, run_notebook_grid, run_notebooks
+from dpbook.repro.sweep import check_notebook_grid, notebook_executions, run_all, run_notebook_grid, run_notebooks
 from dpbook.tuning import grid_product
 
 #: The benchmarks ``python -m dpbook.repro.sweep NAME`` runs.
@@ -192,7 +192,8 @@ def _run(args) -> list[dict]:
         again = dict(jobs=args.jobs, executor=manifest.executor, sweep_dir=manifest.path.parent,
                      slurm=None if manifest.slurm is None else dispatch.SlurmOptions(**manifest.slurm))
         if manifest.kind == "notebooks":
-            summaries = [run_notebooks(manifest.commands(), output_dir=manifest.results_dir, skip_done=True, **again)]
+            summaries = [run_notebooks(manifest.executions(), output_dir=manifest.results_dir, skip_done=True,
+                                       **again)]
         elif manifest.plan is not None:  # a benchmark: both phases, planned again as the sweep planned them
             plan = {k: v for k, v in manifest.plan.items() if k != "benchmark"}
             summaries = _benchmark(manifest.plan["benchmark"]).run(
@@ -206,10 +207,10 @@ def _run(args) -> list[dict]:
         _check_chapter_grid(args.notebook, grid, fixed)
         if args.plan:
             _slurm_options(args)  # its options are checked too
-            commands = notebook_commands(args.notebook, grid, fixed, output_dir=args.output_dir)
-            for command, _ in commands:
-                print(shlex.join(command))
-            print(f"planned {len(commands)} notebook execution(s) ({args.executor}); nothing executed (--plan)")
+            executions = notebook_executions(args.notebook, grid, fixed, output_dir=args.output_dir)
+            for execution in executions:
+                print(shlex.join(execution.command()))
+            print(f"planned {len(executions)} notebook execution(s) ({args.executor}); nothing executed (--plan)")
             return []
         summaries = [run_notebook_grid(args.notebook, grid, fixed, output_dir=args.output_dir, jobs=args.jobs,
                                        executor=args.executor, slurm=_slurm_options(args))]
