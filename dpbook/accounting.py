@@ -43,7 +43,7 @@ __all__ = [
     "ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "calibrate", "epsilon", "epsilon_of_history", "noise_multiplier",
     "PrivacyLedger", "sigma_T", "sigma_delta", "sigma_eff", "OPACUS_ORDERS", "LOW_ORDERS", "MAX_ORDER",
     "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "CurveMap", "check_interior", "released", "rdp_at_orders",
-    "epsilon_of_rdp", "Segment", "check_segment",
+    "epsilon_of_rdp", "Segment", "check_segment", "first_steps",
     "check_accountant"
 ]
 
@@ -406,6 +406,21 @@ def epsilon_of_history(history: Iterable[Sequence], delta: float, accountant: st
     accountant = check_accountant(accountant)
     checked = [check_segment(seg, i) for i, seg in enumerate(history)]
     return _epsilon_checked(checked, delta, accountant)
+
+
+def first_steps(history: Iterable[Sequence], steps: int) -> list[tuple[float, float, int]]:
+    """The first ``steps`` steps of ``history`` (``(sigma, q, steps)`` segments): what was spent by then.
+
+    >>> first_steps([(1.0, 0.01, 1), (2.4, 0.01, 2), (1.0, 0.01, 7)], 4)
+    [(1.0, 0.01, 1), (2.4, 0.01, 2), (1.0, 0.01, 1)]
+    """
+    left, out = checks.integer("steps", steps, minimum=0), []
+    for sigma, q, n in history:
+        if left == 0:
+            break
+        out.append((sigma, q, min(n, left)))
+        left -= out[-1][2]
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------

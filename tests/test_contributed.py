@@ -52,7 +52,7 @@ def edit(path: Path, change) -> Path:
 
 def test_a_real_run_passes_and_its_chapter_renders_it(original):
     verdict = contributed.check_file(original, STAND_IN)
-    assert verdict == contributed.Verdict("benchmark (model) mnist (mnist_cnn), method DP-SGD", [])
+    assert verdict[:2] == ("benchmark (model) mnist (mnist_cnn), method DP-SGD", [])  # notes: this checkout's
     accuracy = results.final_metric(results.read_result(original))
     table = psasc.Reproduction(**STAND_IN, results_dir=str(original.parents[2])).table()
     assert f"| {100 * accuracy:.2f} (n=1) |" in table
@@ -64,8 +64,9 @@ def test_a_figure_point_of_another_method_and_chapter_passes(tmp_path):
               "figure_seeds": 1, "p_values": [0.5], "stand_ins": True, "epochs": 1}
     (run,) = dcsgd.Reproduction(**figure, results_dir=str(tmp_path)).figure_runs()
     run_experiment(run, results_dir=tmp_path, progress=False)
-    assert contributed.check([tmp_path], figure) == {
-        run.path(tmp_path): contributed.Verdict("a point of the chapter's figures", [])}
+    verdicts = contributed.check([tmp_path], figure)
+    assert {path: verdict[:2] for path, verdict in verdicts.items()} == {
+        run.path(tmp_path): ("a point of the chapter's figures", [])}
 
 
 def test_a_path_relative_to_the_results_folder_passes(original, monkeypatch):
@@ -117,15 +118,22 @@ TAMPERED = {
     "a non-private key added": (set_in(("final", "train_accuracy"), 0.99), [
         r"non-private statistic\(s\) final\.train_accuracy, which no DP guarantee covers"]),
     "epsilon_spent above the budget": (set_in(("epsilon_spent",), 3.5), [
-        r"over budget: epsilon_spent=3\.5 is more than the recorded noise \(sigma=1\.14\d*, q=0\.128, T=8\) spends "
-        r"epsilon=2\.9951 at delta=1e-05"]),
-    "sigma lowered": (set_in(("sigma",), 0.5), [
-        r"sigma=0\.5, but its configuration's plan gives 1\.14",
-        r"over budget: the recorded noise \(sigma=0\.5, .*\) spends epsilon=\d+\.\d+ .*; its protocol 'none' "
-        r"charges epsilon=\d+\.\d+, more than its budget 2\.99"]),
+        r"epsilon_spent=3\.5, but its configuration's noise \(sigma=1\.14\d*, q=0\.128, T=8, dpsgd\) spends "
+        r"epsilon=2\.9951 at delta=1e-05 \(recomputed with dpbook.accounting\): an edited number"]),
+    "epsilon_spent lowered": (set_in(("epsilon_spent",), 2.5), [
+        r"epsilon_spent=2\.5, but its configuration's noise .* spends epsilon=2\.9951 .*: an edited number"]),
+    "the epsilon curve rewritten": (set_in(("epochs", "epsilon"), [0.5]), [
+        r"epochs\.epsilon\[0\]=0\.5 at step 8, but the history's first 8 steps spend epsilon=2\.9951 at "
+        r"delta=1e-05: an edited curve"]),
+    "sigma lowered": (set_in(("sigma",), 0.5), [r"sigma=0\.5, but its configuration's plan gives 1\.14"]),
     "steps edited": (set_in(("steps",), 4), [r"steps=4, but its configuration's plan gives 8"]),
     "sigma not a number": (set_in(("sigma",), "1.14"), [r"its privacy numbers do not read \(.*\): rerun the cell"]),
     "the commit removed": (drop("git", "commit"), [r"missing provenance: git\.commit \(a run outside a git clone"]),
+    "a fake commit": (set_in(("git", "commit"), "not-a-commit"), [
+        r"git\.commit 'not-a-commit' is not a commit hash \(40 hexadecimal digits"]),
+    "a short commit": (set_in(("git", "commit"), "3ee7953d"), [r"git\.commit '3ee7953d' is not a commit hash"]),
+    "a commit this repository lacks": (set_in(("git", "commit"), "0123456789" * 4), [
+        r"git\.commit 0123456789\w+ is not a commit of this repository: push the commit"]),
     "the provenance removed": (lambda r: [r.pop(k) for k in ("device", "versions", "git")], [
         r"missing provenance: device, versions, git; rerun the cell from a clone"]),
     "a library version removed": (drop("versions", "torch"), [r"missing provenance: versions\.torch;"]),
@@ -143,6 +151,14 @@ def test_a_tampered_file_is_rejected_naming_the_problem(copy, name):
     problems = contributed.check_file(edit(copy, change), STAND_IN).problems
     for pattern in expected:
         assert any(re.search(pattern, p) for p in problems), (pattern, problems)
+
+
+@pytest.mark.parametrize("dirty", [True, False])
+def test_a_run_from_a_checkout_with_uncommitted_changes_is_reported_not_rejected(copy, dirty):
+    verdict = contributed.check_file(edit(copy, set_in(("git", "dirty"), dirty)), STAND_IN)
+    assert verdict.problems == []
+    assert verdict.notes == (["made from a checkout with uncommitted changes to tracked files (git.dirty): its "
+                              "commit alone does not say what code ran"] if dirty else [])
 
 
 def test_an_edited_configuration_with_its_own_key_and_name_is_still_caught(copy):
@@ -180,16 +196,19 @@ def test_a_damaged_file_and_a_bad_parameter_are_named(copy):
 def test_the_command_line_prints_a_line_per_problem_and_exits_1(original, copy, capsys):
     args = [arg for name, value in STAND_IN.items() for arg in ("-p", name, json.dumps(value))]
     assert contributed.main(["check", str(original.parents[2]), *args]) == 0
-    assert capsys.readouterr().out == (f"{original}: ok, benchmark (model) mnist (mnist_cnn), method DP-SGD\n"
-                                       f"1 file(s) checked, 0 with problems\n")
+    printed = [line for line in capsys.readouterr().out.splitlines() if ": note: " not in line]  # this checkout's
+    assert printed == [f"{original}: ok, benchmark (model) mnist (mnist_cnn), method DP-SGD",
+                       "1 file(s) checked, 0 with problems"]
     edit(copy, set_in(("final", "train_loss"), 0.1))
     edit(copy, set_in(("epsilon_spent",), 3.5))
     run = subprocess.run([sys.executable, "-m", "dpbook.repro.contributed", "check", str(copy.parents[2]), *args],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    lines = run.stdout.splitlines()
+    lines = [line for line in run.stdout.splitlines() if ": note: " not in line]
     assert run.returncode == 1, run.stderr
-    assert [line.split(": ", 2)[1] for line in lines[:-1]] == ["non-private statistic(s) final.train_loss, which no "
-                                                                "DP guarantee covers", "over budget"]
+    problems = [line.split(": ", 2)[1] for line in lines[:-1]]
+    assert problems[0] == "non-private statistic(s) final.train_loss, which no DP guarantee covers"
+    assert len(problems) == 2
+    assert problems[1].startswith("epsilon_spent=3.5, but its configuration's noise (sigma=1.140")
     assert all(line.startswith(f"{copy}: ") for line in lines[:-1])
     assert lines[-1] == "1 file(s) checked, 1 with problems"
 

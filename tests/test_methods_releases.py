@@ -129,3 +129,21 @@ def test_the_check_catches_noise_that_differs_from_the_declaration(broken):
 def test_a_release_refuses_a_bad_declaration(bad):
     with pytest.raises(ValueError, match="release 'gradient'"):
         Release("gradient", **bad)
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_the_planned_history_is_what_the_ledger_records(name):
+    """What a result file's epsilon is recomputed from (``Method.planned_history``, from the configuration alone)
+    is the history the engine's ledger records over the same steps, segment for segment, whatever step the method
+    is at when asked."""
+    method = METHODS[name](**hyperparameters(name))
+    q = 1.0 if method.full_batch else 0.5
+    planned = method.planned_history(q, STEPS)
+    model = nn.Linear(3, 2)
+    engine = DPOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), method, sample_rate=q,
+                         expected_batch_size=q * N)
+    x, y = torch.randn(N, 3), torch.randint(0, 2, (N,))
+    for _ in range(STEPS):
+        engine.step(x, y, index=torch.arange(N))
+    assert planned == engine.ledger.history
+    assert method.t == STEPS and method.planned_history(q, STEPS) == planned

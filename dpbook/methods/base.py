@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 import abc
+import copy
 import inspect
 import math
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from typing import ClassVar, Iterable, Sequence
 import torch
 
 from dpbook import checks
-from dpbook.accounting import sigma_eff
+from dpbook.accounting import PrivacyLedger, sigma_eff
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads, NonFiniteGradientError, PerSampleView
 from dpbook.tuning import TuningPlan
@@ -269,6 +270,24 @@ class Method(abc.ABC):
         are one subsampled Gaussian mechanism at :math:`\sigma_{\mathrm{eff}} = (\sum_j\sigma_j^{-2})^{-1/2}` of
         their multipliers :math:`\sigma_j` (privacy hygiene rule 4). No method overrides it."""
         return sigma_eff(*(r.noise_multiplier for r in (self.releases() if releases is None else releases)))
+
+    def planned_history(self, sample_rate: float, steps: int) -> list[tuple[float, float, int]]:
+        r"""The history the engine's ledger records over a run of ``steps`` steps at ``sample_rate`` from this
+        method's first step: each step's :meth:`noise_multiplier`, equal neighbours merged. The noise a step
+        declares depends on its index only (never on the data), so the history is known before the run, and a
+        result file's :math:`\varepsilon` can be recomputed from its configuration alone
+        (:mod:`dpbook.repro.contributed`).
+
+        >>> from dpbook.methods import METHODS
+        >>> dpdr = METHODS["dpdr"](C_g=1.0, C_perp=1.0, C_alpha=1.0, sigma_g=1.0, sigma_perp=3.0, sigma_alpha=4.0, s=3)
+        >>> dpdr.planned_history(0.01, 5)  # DP-SGD's step 1, GDR's steps 2 and 3, then DP-SGD's again
+        [(1.0, 0.01, 1), (2.4, 0.01, 2), (1.0, 0.01, 2)]
+        """
+        ledger, step = PrivacyLedger(), copy.copy(self)
+        for t in range(checks.integer("steps", steps, minimum=0)):
+            step.t = t
+            ledger.record(step.noise_multiplier(), sample_rate)
+        return ledger.history
 
     # --- the step -----------------------------------------------------------------------------------
     def start(self, params: Sequence[torch.Tensor]) -> dict:

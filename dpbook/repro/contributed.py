@@ -6,14 +6,18 @@ A reader runs a chapter's cells on Colab, a laptop or a cluster, and sends the r
 - **schema**: valid JSON with the keys every record has (:data:`dpbook.repro.results.REQUIRED_KEYS`), the schema
   version this code writes, and the numbers its privacy is checked from (:data:`ACCOUNTING_KEYS`);
 - **provenance**: the device, the library versions and the git commit that :func:`dpbook.repro.results.provenance`
-  records (:data:`PROVENANCE`);
+  records (:data:`PROVENANCE`); the commit is a full hash and, where this code runs from a clone, a commit of that
+  clone; a run from a checkout with uncommitted changes is reported in a note (its commit alone does not say what
+  code ran);
 - **only private statistics**: no key :func:`dpbook.repro.results.nonprivate_keys` finds (privacy hygiene rule 8);
 - **a real run**: not a smoke run on generated data;
 - **identity**: the recorded experiment rebuilds an :class:`~dpbook.repro.experiment.Experiment` whose key is the
   file's and whose path is the file's name and place (an edited configuration, a renamed or moved file is caught);
 - **privacy**: the training size, sigma, sample rate, steps and delta are those the experiment's plan gives
-  (:func:`dpbook.repro.experiment.plan_of`), the epsilon that noise spends is recomputed with
-  :mod:`dpbook.accounting` and is within the budget, and ``epsilon_spent`` is not above it;
+  (:func:`dpbook.repro.experiment.plan_of`); the noise history the method releases over those steps
+  (:meth:`~dpbook.methods.base.Method.planned_history`) is charged within the budget, and ``epsilon_spent`` and the
+  per-epoch epsilon curve are what :mod:`dpbook.accounting` recomputes from it (within :data:`RECOMPUTED`, either
+  way: a lowered epsilon is caught like a raised one);
 - **the paper's cell**: the study is a reproduction chapter's (a module of :mod:`dpbook.repro.papers` with a
   ``Reproduction``), and one of its selected cells plans exactly this run (same dataset, model, method, budget,
   B, epochs, protocol, a point of its grid and a seed it trains), with the chapter's parameters (its defaults,
@@ -25,24 +29,26 @@ when any file has a problem::
     python -m dpbook.repro.contributed check data/results/psasc -p stand_ins True
 
 >>> check_file(Path("no-such-result.json"))
-Verdict(cell=None, problems=['no such file'])
+Verdict(cell=None, problems=['no such file'], notes=[])
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "Verdict", "result_files",
+    "ACCOUNTING_KEYS", "PROVENANCE", "CELL_FIELDS", "RECOMPUTED", "Verdict", "result_files", "provenance_notes",
     "schema_problems", "provenance_problems", "nonprivate_problems", "smoke_problems", "place_problems",
     "privacy_problems", "chapter_for", "cell_of", "check_file", "check", "parser", "main"
 ]
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from dpbook import accounting, checks, io
+from dpbook.methods import METHODS
 from dpbook.repro import papers, params, reproduce, results
 from dpbook.repro.experiment import SPENT_TOLERANCE, Experiment, charged_epsilon, plan_of
 from dpbook.repro.papers.chapter import Chapter
@@ -53,16 +59,22 @@ ACCOUNTING_KEYS = ("N", "steps", "sample_rate", "delta_spent")
 #: The provenance :func:`dpbook.repro.results.provenance` records: each key and the entries it must hold.
 PROVENANCE = {"device": (), "versions": ("python", "torch", "dpbook"), "git": ("commit",)}
 
+#: Relative tolerance of a recorded epsilon against its recomputation: the files round per-epoch values to 6
+#: significant digits, and another machine's numpy may differ in the last bits.
+RECOMPUTED = 1e-5
+
 #: The fields a cell's base run fixes (its grid varies the hyperparameters, learning rate, optimizer and seed).
 CELL_FIELDS = ("dataset", "model", "method", "epsilon", "delta", "epochs", "batch_size", "protocol", "train_size",
                "accountant", "smoke")
 
 
 class Verdict(NamedTuple):
-    """What :func:`check_file` found: the cell (or figure) of the chapter that plans the run, and the problems."""
+    """What :func:`check_file` found: the cell (or figure) of the chapter that plans the run, the problems (any one
+    rejects the file), and notes (reported, not rejected)."""
 
     cell: str | None
     problems: list[str]
+    notes: list[str] = []
 
 
 def result_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -120,11 +132,29 @@ clone of the repository with run_experiment, which records them (dpbook.repro.re
             missing.append(key)
         elif entries:
             missing += [f"{key}.{entry}" for entry in entries if not isinstance(value, Mapping) or not value.get(entry)]
-    if not missing:
-        return []
-    outside_git = " (a run outside a git clone has none)" if "git.commit" in missing else ""
-    return [f"missing provenance: {', '.join(missing)}{outside_git}; rerun the cell from a clone of the repository "
-            f"with run_experiment, which records them (dpbook.repro.results.provenance)"]
+    if missing:
+        outside_git = " (a run outside a git clone has none)" if "git.commit" in missing else ""
+        return [f"missing provenance: {', '.join(missing)}{outside_git}; rerun the cell from a clone of the "
+                f"repository with run_experiment, which records them (dpbook.repro.results.provenance)"]
+    commit = str(record["git"]["commit"])
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return [f"git.commit {commit!r} is not a commit hash (40 hexadecimal digits, as git rev-parse HEAD prints "
+                f"it): an edited provenance; send the file as the run wrote it"]
+    if results.git("rev-parse", "HEAD") is not None and results.git("cat-file", "-e", f"{commit}^{{commit}}") is None:
+        return [f"git.commit {commit} is not a commit of this repository: push the commit the run was made from "
+                f"(and fetch it here), or rerun the cell from a clone of this repository"]
+    return []
+
+
+def provenance_notes(record: Mapping) -> list[str]:
+    """What the provenance says that does not reject the file: a run from a checkout with uncommitted changes.
+
+    >>> provenance_notes({"git": {"commit": "0" * 40, "dirty": True}})[0][:69]
+    'made from a checkout with uncommitted changes to tracked files (git.d'
+    """
+    git = record.get("git") if isinstance(record.get("git"), Mapping) else {}
+    return (["made from a checkout with uncommitted changes to tracked files (git.dirty): its commit alone does not "
+             "say what code ran"] if git.get("dirty") else [])
 
 
 def nonprivate_problems(record: Mapping) -> list[str]:
@@ -175,8 +205,9 @@ def _training_size(exp: Experiment, record: Mapping) -> int:
 
 
 def privacy_problems(record: Mapping, exp: Experiment) -> list[str]:
-    """The recorded N, sigma, sample rate, steps and delta are the plan's; the epsilon that noise spends,
-    recomputed with :func:`dpbook.accounting.epsilon`, is within the budget and ``epsilon_spent`` not above it."""
+    """The recorded N, sigma, sample rate, steps and delta are the plan's; the history the method releases over
+    those steps is charged within the budget; ``epsilon_spent`` and the per-epoch epsilon are what
+    :mod:`dpbook.accounting` recomputes from that history (either way, within :data:`RECOMPUTED`)."""
     N = _training_size(exp, record)
     if record["N"] != N:
         return [f"trained on N={record['N']} examples, but its dataset {exp.dataset!r} has N={N}: rerun the cell on "
@@ -190,18 +221,36 @@ def privacy_problems(record: Mapping, exp: Experiment) -> list[str]:
     problems = [f"{name}={record[name]!r}, but its configuration's plan gives {value!r}: an edited number, or not "
                 f"this configuration's run; rerun the cell" for name, value in planned.items()
                 if not math.isclose(record[name], value, rel_tol=SPENT_TOLERANCE)]
-    history = [(record["sigma"], record["sample_rate"], record["steps"])]
-    spends = accounting.epsilon(*history[0], record["delta_spent"], exp.accountant)
-    where = (f"the recorded noise (sigma={record['sigma']:.6g}, q={record['sample_rate']:.6g}, T={record['steps']}) "
-             f"spends epsilon={spends:.6g} at delta={record['delta_spent']:.3g} (recomputed with dpbook.accounting)")
+    history = METHODS[exp.method].from_plan(plan, **exp.hyperparameters).planned_history(plan.sample_rate,
+                                                                                          plan.steps)
+    spends = accounting.epsilon_of_history(history, plan.per_run_delta, plan.accountant)
+    where = (f"its configuration's noise (sigma={plan.sigma:.6g}, q={plan.sample_rate:.6g}, T={plan.steps}, "
+             f"{exp.method}) spends epsilon={spends:.6g} at delta={plan.per_run_delta:.3g} (recomputed with "
+             f"dpbook.accounting)")
     charged, target = charged_epsilon(history, plan)
     if charged > target * (1 + SPENT_TOLERANCE):
         problems.append(f"over budget: {where}; its protocol {plan.charged_protocol!r} charges epsilon={charged:.6g}, "
                         f"more than its budget {target:.6g}; rerun the cell")
-    if record["epsilon_spent"] > spends * (1 + SPENT_TOLERANCE):
-        problems.append(f"over budget: epsilon_spent={record['epsilon_spent']:.6g} is more than {where}, all its "
-                        f"plan charges one run; rerun the cell")
-    return problems
+    if not math.isclose(record["epsilon_spent"], spends, rel_tol=RECOMPUTED):
+        problems.append(f"epsilon_spent={record['epsilon_spent']:.6g}, but {where}: an edited number; rerun the cell")
+    return problems + _curve_problems(record, history, plan)
+
+
+def _curve_problems(record: Mapping, history: list, plan) -> list[str]:
+    """The per-epoch epsilon (``epochs.epsilon`` at ``epochs.step``) against the history's first steps."""
+    epochs = record.get("epochs") if isinstance(record.get("epochs"), Mapping) else {}
+    steps, curve = epochs.get("step"), epochs.get("epsilon")
+    if curve is None:
+        return []
+    if not isinstance(steps, list) or not isinstance(curve, list) or len(steps) != len(curve):
+        return ["its per-epoch columns epochs.step and epochs.epsilon do not pair up: rerun the cell"]
+    for i, (step, recorded) in enumerate(zip(steps, curve)):
+        spent = accounting.epsilon_of_history(accounting.first_steps(history, step), plan.per_run_delta,
+                                              plan.accountant)
+        if not (isinstance(recorded, (int, float)) and math.isclose(recorded, spent, rel_tol=RECOMPUTED)):
+            return [f"epochs.epsilon[{i}]={recorded!r} at step {step}, but the history's first {step} steps spend "
+                    f"epsilon={spent:.6g} at delta={plan.per_run_delta:.3g}: an edited curve; rerun the cell"]
+    return []
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -313,7 +362,7 @@ def check_file(path: str | Path, parameters: Mapping[str, Any] | None = None, *,
         given = f" run with {dict(parameters)}" if parameters else " at its defaults (the paper's settings)"
         problems.append(f"no cell of the {exp.study} chapter{given} plans this run: {why}; check it with the chapter "
                         f"parameters you ran it with (-p NAME VALUE), or rerun the cell at the paper's settings")
-    return Verdict(cell, problems)
+    return Verdict(cell, problems, provenance_notes(record))
 
 
 def check(paths: Sequence[str | Path], parameters: Mapping[str, Any] | None = None) -> dict[Path, Verdict]:
@@ -356,9 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not verdicts:
         print(f"no result files (*.json) under {', '.join(map(str, args.paths))}")
         return 1
-    for path, (cell, problems) in verdicts.items():
+    for path, (cell, problems, notes) in verdicts.items():
         lines = [f"{path}: {problem}" for problem in problems] or [f"{path}: ok, {cell}"]
-        print("\n".join(lines))
+        print("\n".join(lines + [f"{path}: note: {note}" for note in notes]))
     failed = sum(bool(verdict.problems) for verdict in verdicts.values())
     print(f"{len(verdicts)} file(s) checked, {failed} with problems")
     return 1 if failed else 0

@@ -17,7 +17,7 @@ without results says "not run yet".
 from __future__ import annotations
 
 __all__ = [
-    "REPO_ROOT", "RESULTS_DIR", "PAPER_DIR", "SCHEMA_VERSION", "device_name", "versions",
+    "REPO_ROOT", "RESULTS_DIR", "PAPER_DIR", "SCHEMA_VERSION", "git", "device_name", "versions",
     "provenance", "write_result", "nonprivate_keys", "REQUIRED_KEYS", "CorruptResultError", "ANALYSIS_DIR",
     "is_analysis", "read_result", "recorded", "repo_path", "shown_path", "load_results", "load_paper_table",
     "paper_rows",
@@ -61,7 +61,8 @@ SCHEMA_VERSION = 1
 # Provenance
 # ----------------------------------------------------------------------------------------------------------------
 
-def _git(*args: str) -> str | None:
+def git(*args: str) -> str | None:
+    """``git ARGS`` in the repository this code runs from: its output, or None (no git, not a clone, an error)."""
     try:
         out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -75,8 +76,8 @@ def _git_commit() -> dict:
 
     Looked up once per process: a sweep's runs share it.
     """
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
