@@ -44,7 +44,7 @@ __all__ = [
     "PrivacyLedger", "sigma_T", "sigma_delta", "sigma_eff", "OPACUS_ORDERS", "LOW_ORDERS", "MAX_ORDER",
     "HIGH_ORDER_CHUNKS", "RDPOptimum", "rdp_optimum", "CurveMap", "check_interior", "released", "rdp_at_orders",
     "epsilon_of_rdp", "Segment", "check_segment", "first_steps",
-    "check_accountant"
+    "check_accountant", "check_delta_for"
 ]
 
 import functools
@@ -83,6 +83,33 @@ def _check_sample_rate(value, name: str = "sample_rate") -> float:
 
 def _check_delta(value, name: str = "delta") -> float:
     return checks.open_unit(name, value, "typically below 1/N")
+
+
+def check_delta_for(delta: float, N: int, *, weak: bool = False) -> float:
+    """``delta`` as the delta of a guarantee about N examples: below 1/N, unless ``weak`` says the caller knows.
+
+    A mechanism that publishes one of the N examples at random, in the clear, is (0, 1/N)-DP: at delta >= 1/N the
+    guarantee does not rule that out, so it is refused, naming the risk and the fix. ``weak=True`` accepts it
+    (the DC-SGD paper's delta = 1/N, reproduced as the paper sets it).
+
+    >>> check_delta_for(1e-5, 60_000)
+    1e-05
+    >>> check_delta_for(0.01, 1437)
+    Traceback (most recent call last):
+    ...
+    ValueError: delta=0.01 is at least 1/N = 0.000695894 (N = 1437): a run that publishes one training example in \
+the clear is (0, 1/N)-DP, so this guarantee would not rule it out; choose delta < 1/N (e.g. 1e-5, or 1/(10 N)), or \
+accept the weak guarantee explicitly (Trainer's allow_weak_delta=True; an Experiment's delta=None is exactly 1/N)
+    >>> check_delta_for(1 / 1437, 1437, weak=True) == 1 / 1437
+    True
+    """
+    delta, N = _check_delta(delta), checks.integer("N (training examples)", N)
+    if delta >= 1 / N and not weak:
+        raise ValueError(f"delta={delta:g} is at least 1/N = {1 / N:g} (N = {N}): a run that publishes one training "
+                         f"example in the clear is (0, 1/N)-DP, so this guarantee would not rule it out; choose "
+                         f"delta < 1/N (e.g. 1e-5, or 1/(10 N)), or accept the weak guarantee explicitly (Trainer's "
+                         f"allow_weak_delta=True; an Experiment's delta=None is exactly 1/N)")
+    return delta
 
 
 def check_accountant(value) -> str:

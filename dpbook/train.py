@@ -29,9 +29,10 @@ from __future__ import annotations
 
 __all__ = [
     "LogRows", "TrainLog", "evaluate", "Interrupted", "request_stop", "clear_stop_request", "StaleCheckpointError",
-    "Trainer", "EPOCH_SAVE_SECONDS"
+    "Trainer", "EPOCH_SAVE_SECONDS", "DIGEST_EXAMPLES", "data_digest"
 ]
 
+import hashlib
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,7 +43,7 @@ import torch
 from torch import nn
 from tqdm.std import tqdm
 
-from dpbook import checks
+from dpbook import accounting, checks
 from dpbook.io import atomic_torch_save
 from dpbook.methods.base import Method
 from dpbook.optim import DPOptimizer, released_diagnostics
@@ -181,13 +182,54 @@ def _check_data(model: nn.Module, data) -> None:
                              f"{classes} outputs (labels 0..{classes - 1}): relabel the data or size the model")
 
 
+#: Examples of each tensor that :func:`data_digest` reads: enough that a permutation, a relabelling or a change of
+#: the values is seen, few enough that a large dataset costs milliseconds.
+DIGEST_EXAMPLES = 4096
+
+
+def data_digest(*tensors: torch.Tensor) -> str:
+    """A digest of the tensors' shapes, dtypes and values at :data:`DIGEST_EXAMPLES` evenly spaced examples (all of
+    them in a smaller set): the same data gives the same digest on any device; permuted labels, negated features
+    or another subset do not.
+
+    >>> x = torch.arange(12.0).reshape(6, 2)
+    >>> data_digest(x) == data_digest(x.clone()), data_digest(x) == data_digest(-x), len(data_digest(x))
+    (True, False, 16)
+    """
+    digest = hashlib.sha256()
+    for t in tensors:
+        index = torch.linspace(0, max(len(t) - 1, 0), min(len(t), DIGEST_EXAMPLES), device=t.device).long()
+        digest.update(f"{tuple(t.shape)} {t.dtype};".encode())
+        digest.update(t[index].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _difference(theirs, ours) -> str:
+    """``checkpoint X, this run Y``; for long texts, where they first differ.
+
+    >>> _difference("Sequential( (0): Linear() (1): Tanh() (2): Linear() )",
+    ...             "Sequential( (0): Linear() (1): ReLU() (2): Linear() )")
+    "checkpoint '...(1): Tanh() (2): Linear() )', this run '...(1): ReLU() (2): Linear() )'"
+    >>> _difference(2, 3)
+    'checkpoint 2, this run 3'
+    """
+    if not (isinstance(theirs, str) and isinstance(ours, str) and max(len(theirs), len(ours)) > 40):
+        return f"checkpoint {theirs!r}, this run {ours!r}"
+    first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+    start = max(0, first - 5)
+    return (f"checkpoint {'...' + theirs[start:start + 60]!r}, this run {'...' + ours[start:start + 60]!r}")
+
+
 class Trainer:
     """Private training of ``model`` with ``method`` and ``optimizer`` on in-memory ``data``.
 
     Args:
         data: ``(x_train, y_train, x_test, y_test)`` tensors (e.g. :func:`dpbook.data.load_digits`).
         expected_batch_size: B; Poisson sampling at q = B/N, T = epochs * round(N/B) steps.
-        delta: the delta of the (epsilon, delta) reported in the log.
+        delta: the delta of the (epsilon, delta) reported in the log, below 1/N
+            (:func:`dpbook.accounting.check_delta_for`) unless ``allow_weak_delta``.
+        allow_weak_delta: accept delta >= 1/N, a guarantee that does not rule out publishing one training example
+            in the clear (the DC-SGD paper's delta = 1/N).
         checkpoint: a file path; when given, the run saves (atomically) every ``checkpoint_every`` steps, at an
             epoch's end once :data:`EPOCH_SAVE_SECONDS` have passed since the last save, at its last step and
             when stopped, and ``run`` resumes from it when it exists.
@@ -203,12 +245,12 @@ class Trainer:
                  expected_batch_size: float, epochs: int, delta: float, micro_batch_size: int | None = None,
                  seed: int = 0, accountant: str = "rdp", checkpoint: str | Path | None = None,
                  checkpoint_every: int = 50, progress: bool | None = None, device: str | torch.device = "cpu",
-                 nonprivate_diagnostics: bool = False, per_sample: str = "auto"):
+                 nonprivate_diagnostics: bool = False, per_sample: str = "auto", allow_weak_delta: bool = False):
         self.x_train, self.y_train, self.x_test, self.y_test = (t.to(device) for t in data)
         self.model = model
         _check_data(model, (self.x_train, self.y_train, self.x_test, self.y_test))
         self.epochs = checks.integer("epochs", epochs)
-        self.delta = checks.open_unit("delta", delta)
+        self.delta = accounting.check_delta_for(delta, len(self.x_train), weak=allow_weak_delta)
         self.accountant = accountant
         self.seed = seed
         self.sampler = PoissonSampler(N=len(self.x_train), expected_batch_size=expected_batch_size, seed=seed)
@@ -283,18 +325,22 @@ class Trainer:
     def fingerprint(self) -> dict:
         """The configuration a checkpoint belongs to: what decides the run (not the micro-batch size or the device):
         every constructor argument of the method (:attr:`dpbook.methods.base.Method.hyperparameters`) and its
-        declared releases at the first step, the model, the optimizer, the data, the schedule. A checkpoint of
-        another configuration is refused on resume (:meth:`load`), naming what differs."""
+        declared releases at the first step, the model (its parameters and its architecture: each module with its
+        settings, as ``repr`` writes it), the optimizer, the data (its sizes and a digest of its values,
+        :func:`data_digest`), the schedule. A checkpoint of another configuration is refused on resume
+        (:meth:`load`), naming what differs."""
         method = self.engine.method
         return {
             "method": method.name,
             **{f"hyperparameter {name}": repr(value) for name, value in getattr(method, "hyperparameters", {}).items()},
             "releases": self._releases,
             "model": [f"{name}{tuple(p.shape)}" for name, p in self.model.named_parameters()],
+            "architecture": " ".join(repr(self.model).split()),
             "optimizer": f"{type(self.engine.optimizer).__name__}"
                          f"({', '.join(f'{k}={v!r}' for k, v in sorted(self.engine.optimizer.defaults.items()))})",
             "data": f"{len(self.x_train)} training examples {tuple(self.x_train.shape[1:])}, "
                     f"{len(self.x_test)} test examples",
+            "data digest": data_digest(self.x_train, self.y_train, self.x_test, self.y_test),
             "expected_batch_size": self.engine.B, "epochs": self.epochs, "T": self.T, "delta": self.delta,
             "seed": self.seed, "accountant": self.accountant,
         }
@@ -312,8 +358,7 @@ class Trainer:
         theirs, ours = state.get("config"), self.fingerprint()
         if theirs != ours:
             fields = sorted(k for k in {**ours, **(theirs or {})} if (theirs or {}).get(k) != ours.get(k))
-            differ = "; ".join(f"{k}: checkpoint {(theirs or {}).get(k)!r}, this run {ours.get(k)!r}"
-                               for k in fields[:6])
+            differ = "; ".join(f"{k}: {_difference((theirs or {}).get(k), ours.get(k))}" for k in fields[:6])
             raise StaleCheckpointError(f"the checkpoint belongs to a run with another configuration ({differ})")
         self.step = state["step"]
         self.model.load_state_dict(state["model"])

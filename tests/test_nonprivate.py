@@ -13,14 +13,7 @@ from dpbook.methods import DPSGD, METHODS
 from dpbook.methods.base import is_nonprivate
 from dpbook.optim import DPOptimizer
 from dpbook.repro import results
-from dpbook.repro.experiment import (
-    Experiment,
-    build_task_model,
-    load_task_data,
-    make_optimizer,
-    plan_of,
-    run_experiment,
-)
+from dpbook.repro.experiment import Experiment, load_task_data, prepare, run_experiment
 from dpbook.train import Trainer
 
 SMOKE = dict(study="hygiene", dataset="digits", model="digits_mlp", epochs=1, batch_size=16, lr=0.1, smoke=True)
@@ -46,15 +39,7 @@ def smoke_experiment(name: str) -> Experiment:
 
 def smoke_trainer(name: str, **options) -> Trainer:
     """The Trainer run_experiment builds for the method's smoke experiment (6 steps on generated digits)."""
-    exp = smoke_experiment(name)
-    splits = load_task_data(exp)
-    plan = plan_of(exp, len(splits.x_train))
-    torch.manual_seed(exp.seed)
-    model = build_task_model(exp)
-    return Trainer(model, METHODS[name].from_plan(plan, **exp.hyperparameters),
-                   make_optimizer(exp.optimizer, model.parameters(), exp.lr), splits,
-                   expected_batch_size=exp.batch_size, epochs=exp.epochs, delta=plan.per_run_delta, seed=exp.seed,
-                   progress=False, **options)
+    return prepare(smoke_experiment(name)).trainer(progress=False, **options)
 
 
 def nonprivate_in(rows: list[dict]) -> set[str]:

@@ -104,6 +104,36 @@ def test_a_damaged_checkpoint_names_the_file(tmp_path):
         trainer(checkpoint).run()
 
 
+def _mlp(activation: type[torch.nn.Module]) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 32), activation(), torch.nn.Linear(32, 10))
+
+
+def _digits_run(checkpoint: Path, model: torch.nn.Module, data) -> Trainer:
+    return Trainer(model, DPSGD(C=1.0, sigma=1.0), torch.optim.SGD(model.parameters(), lr=0.5), data,
+                   expected_batch_size=128, epochs=1, delta=1e-5, checkpoint=checkpoint, progress=False)
+
+
+DIGITS = load_digits()
+PERMUTED = torch.randperm(len(DIGITS.y_train), generator=torch.Generator().manual_seed(0))
+SAME_SHAPES = {  # each keeps every shape and size of the run; only the model or the data's values differ
+    "the activation changed": (torch.nn.ReLU, DIGITS, r"architecture: checkpoint '\.\.\..*Tanh\(\)"),
+    "the labels permuted": (torch.nn.Tanh, DIGITS._replace(y_train=DIGITS.y_train[PERMUTED]),
+                            r"data digest: checkpoint '\w{16}', this run '\w{16}'"),
+    "the features negated": (torch.nn.Tanh, DIGITS._replace(x_train=-DIGITS.x_train), r"data digest: checkpoint"),
+}
+
+
+@pytest.mark.parametrize("case", list(SAME_SHAPES))
+def test_a_checkpoint_refuses_another_model_or_other_data_of_the_same_shapes(case, tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    _digits_run(checkpoint, _mlp(torch.nn.Tanh), DIGITS).run(max_steps=3)
+    activation, data, message = SAME_SHAPES[case]
+    with pytest.raises(StaleCheckpointError, match=message):
+        _digits_run(checkpoint, _mlp(activation), data).run()
+    assert _digits_run(checkpoint, _mlp(torch.nn.Tanh), DIGITS).run().epochs  # its own run resumes
+
+
 def test_run_experiment_names_the_checkpoint_and_the_result_file(tmp_path):
     stale = RUN.replace(epochs=2)
     checkpoint = tmp_path / ".checkpoints" / "files" / f"{stale.path(tmp_path).stem}.pt"

@@ -147,3 +147,32 @@ def test_a_method_object_trains_one_run_only():
     with pytest.raises(ValueError, match=r"this 'dpdr' method object has already taken 3 step\(s\) in another run; "
                                          r"make a new one for every run"):
         _digits_trainer(load_digits(), method)
+
+
+# --- a delta that would not rule out publishing an example ------------------------------------------------------
+
+@pytest.mark.parametrize("delta", [1e-2, 0.5, 1 / 1437])
+def test_a_delta_of_at_least_1_over_N_is_refused_naming_the_risk(delta):
+    model = digits_cnn()
+    with pytest.raises(ValueError, match=rf"delta={delta:g} is at least 1/N = 0.000695894 \(N = 1437\): a run that "
+                                         r"publishes one training example in the clear is \(0, 1/N\)-DP"):
+        Trainer(model, DPSGD(C=1.0, sigma=1.0), torch.optim.SGD(model.parameters(), lr=0.1), load_digits(),
+                expected_batch_size=64, epochs=1, delta=delta)
+
+
+def test_a_weak_delta_accepted_explicitly_reports_a_positive_epsilon():
+    model = digits_cnn()
+    trainer = Trainer(model, DPSGD(C=1.0, sigma=1.0), torch.optim.SGD(model.parameters(), lr=0.1), load_digits(),
+                      expected_batch_size=64, epochs=1, delta=1 / 1437, allow_weak_delta=True, progress=False)
+    log = trainer.run(max_steps=trainer.steps_per_epoch)
+    assert log.epochs[-1]["epsilon"] > 0
+
+
+def test_an_experiment_with_a_delta_of_at_least_1_over_N_is_refused_when_planned():
+    from dpbook.repro.experiment import Experiment, plan_of
+
+    exp = Experiment(study="t", dataset="digits", model="digits_mlp", method="dpsgd", hyperparameters={"C": 1.0},
+                     epsilon=4.0, delta=1e-2, epochs=1)
+    with pytest.raises(ValueError, match=r"delta=0.01 is at least 1/N"):
+        plan_of(exp, 1437)
+    assert plan_of(exp.replace(delta=None), 1437).per_run_delta == 1 / 1437  # 1/N, chosen knowingly

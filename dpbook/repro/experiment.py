@@ -79,7 +79,9 @@ files, always trains on ``"files"``."""
 class Experiment:
     """Everything that decides one run's result (see the module docstring). Fields are the notebooks' parameters.
 
-    ``delta=None`` is 1/N (the DC-SGD paper's choice). ``G`` is the size of the grid the run belongs to; with
+    ``delta=None`` is 1/N (the DC-SGD paper's choice), chosen knowingly: a guarantee at delta = 1/N does not rule
+    out publishing one training example in the clear, and a number of at least 1/N is refused when the run is
+    planned (:func:`dpbook.accounting.check_delta_for`). ``G`` is the size of the grid the run belongs to; with
     ``protocol="none"`` it does not change the run (tuning is free) and is recorded as 1. ``train_size`` keeps a
     fixed random subset of the training set (DP-PSASC's FashionMNIST has 40,000 examples [PSASC-23]); the subset is
     part of the data, the same for every seed. ``micro_batch_size`` only bounds memory; it is not part of the key.
@@ -290,8 +292,9 @@ _calibrated_plan = functools.cache(tuning_plan)
 
 
 def plan_of(exp: Experiment, N: int) -> TuningPlan:
-    """The calibrated plan of the experiment's run on N training examples (Trainer's T and q)."""
-    delta = 1 / N if exp.delta is None else exp.delta
+    """The calibrated plan of the experiment's run on N training examples (Trainer's T and q). A delta of at least
+    1/N is refused (:func:`dpbook.accounting.check_delta_for`); ``delta=None`` chooses exactly 1/N knowingly."""
+    delta = 1 / N if exp.delta is None else accounting.check_delta_for(exp.delta, N)
     q = exp.batch_size / N
     T = exp.epochs * max(1, round(N / exp.batch_size))
     return _calibrated_plan(exp.epsilon, delta, q, T, exp.G, exp.protocol, accountant=exp.accountant)
@@ -341,7 +344,8 @@ class Prepared:
         exp = self.exp
         return Trainer(self.model, self.method, self.optimizer, self.splits, expected_batch_size=exp.batch_size,
                        epochs=exp.epochs, delta=self.plan.per_run_delta, micro_batch_size=exp.micro_batch_size,
-                       seed=exp.seed, accountant=exp.accountant, device=self.device, **options)
+                       seed=exp.seed, accountant=exp.accountant, device=self.device,
+                       allow_weak_delta=exp.delta is None, **options)
 
 
 def prepare(exp: Experiment, *, data_root: str | Path = data.DEFAULT_ROOT, download: bool = False,
