@@ -134,14 +134,25 @@ class Domain:
 
     def check(self, name: str, value: Any) -> Any:
         """``value`` given to the notebook or chapter parameter ``name``: a ValueError naming it when the value, or
-        an element of a list or a ``{dataset: value}`` dict, is outside the domain (None means "the default"); a
+        an element of a list or a ``{dataset: value}`` dict, is outside the domain (None means "the default"), or
+        when a list of the domain's values is empty or repeats one (two seeds 0 would be one run counted twice); a
         text is read as one value or a list.
 
         >>> integers(1).check("epochs", {"mnist": 2, "svhn": 0})
         Traceback (most recent call last):
         ...
         ValueError: epochs must be an integer >= 1, got 0
+        >>> integers(0).check("seeds", [0, 1, 0])
+        Traceback (most recent call last):
+        ...
+        ValueError: seeds [0, 1, 0] repeats 0: give each value once
         """
+        for values in _lists(value):
+            if not values:
+                raise ValueError(f"{name} is an empty list: give at least one value")
+            repeated = [v for i, v in enumerate(values) if v in values[:i]]
+            if repeated:
+                raise ValueError(f"{name} {list(values)!r} repeats {repeated[0]!r}: give each value once")
         for item in _items(value):
             if isinstance(item, str):  # one value, or a list as text ("0.1, 0.3", "[1, 2]")
                 for part in [p.strip() for p in item.strip().strip("[]()").split(",") if p.strip()] or [item]:
@@ -166,6 +177,13 @@ def _items(value: Any) -> Iterable:
     if isinstance(value, (list, tuple, set)):
         return [item for v in value for item in _items(v)]
     return [value]
+
+
+def _lists(value: Any) -> Iterable[list | tuple]:
+    """The lists and tuples in ``value`` (itself, or the values of a ``{dataset: list}`` dict)."""
+    if isinstance(value, dict):
+        return [found for v in value.values() for found in _lists(v)]
+    return [value] if isinstance(value, (list, tuple)) else []
 
 
 def _whole(text: str) -> int:

@@ -270,8 +270,8 @@ class Composition(Protocol):
                                                epsilon_tolerance)
         except ValueError as err:
             raise ValueError(f"the budget epsilon={epsilon!r}, delta={delta!r} cannot cover G={self.G} runs of "
-                             f"{steps} steps composed ({self.G * steps} steps in all): {err} Use a larger epsilon, a "
-                             f"smaller grid or protocol='lt'.") from err
+                             f"{steps} steps composed ({self.G * steps} steps in all): {str(err).rstrip('.')}. "
+                             f"Use a larger epsilon, a smaller grid or protocol='lt'.") from err
 
     def totals(self, sigma, per_run_epsilon, sample_rate, steps, delta, accountant):
         return accounting.epsilon(sigma, sample_rate, self.G * steps, delta, accountant), delta
@@ -338,8 +338,8 @@ class LiuTalwar(Protocol):
                 f"the LT per-run budget (epsilon_1={epsilon1:.4g}, delta_1={delta1:.3g}) that Theorem 1 leaves for a "
                 f"total epsilon={epsilon!r}, delta={delta!r} with G={self.G} (gamma = 1/(2G), "
                 f"delta_2={self.delta2:g}) is unreachable for one run of {steps} steps at sample_rate={sample_rate!r} "
-                f"with the {accountant!r} accountant: {err} Use a larger epsilon, a smaller grid (delta_1 shrinks as "
-                f"1/G^2), fewer steps, or protocol='rdp'.") from err
+                f"with the {accountant!r} accountant: {str(err).rstrip('.')}. Use a larger epsilon, a smaller grid "
+                f"(delta_1 shrinks as 1/G^2), fewer steps, or protocol='rdp'.") from err
 
     def per_run_delta(self, delta):
         return self._root(delta) ** 2 / 2

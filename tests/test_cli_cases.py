@@ -350,6 +350,27 @@ def test_a_manifest_whose_results_folder_is_gone_names_both_places(tmp_path, one
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["apart", "manifest.json"]
 
 
+def test_a_sweep_with_nothing_to_run_exits_2_with_every_reason_in_full(tmp_path, capsys):
+    code = sweep_cli.main(["digits", "--methods", "dpsgd", "--epsilons", "1e9", "--seeds", "1", "--epochs", "1",
+                           "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "nothing to run: every cell above is unreachable" in err
+    assert "unreachable dpsgd eps=1e+09 rdp: " in err
+    assert "Use a larger epsilon, a smaller grid or protocol='lt'." in err  # the reason in full, not cut
+
+
+def test_jobs_beyond_the_machine_are_capped_saying_so(tmp_path, capsys, monkeypatch, one_thread):
+    from dpbook.repro import sweep
+    from dpbook.repro.experiment import Experiment
+
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 2)
+    runs = [Experiment(study="cap", dataset="digits", model="digits_mlp", method="dpsgd", hyperparameters={"C": 1.0},
+                       epsilon=4.0, epochs=1, batch_size=256, lr=0.05, seed=seed) for seed in range(2)]
+    summary = sweep.run_all(runs, jobs=1000, results_dir=tmp_path, progress=False)
+    assert summary["done"] == 2
+    assert "--jobs 1000 capped to 2: this machine has 2 CPU(s) and " in capsys.readouterr().out
+
+
 def test_a_manifest_of_an_older_dpbook_says_how_to_go_on(tmp_path):
     old = tmp_path / "manifest.json"
     old.write_text(json.dumps({"kind": "runs", "executor": "local", "results_dir": str(tmp_path), "run_kwargs": {},

@@ -195,3 +195,42 @@ def test_papermill_p_y_and_f_give_the_same_parameters(tiny_notebook):
 def test_papermill_with_a_misspelt_parameter_stops_naming_it(tiny_notebook):
     code, printed = papermill(tiny_notebook, "-p", "epoch", "1")
     assert code != 0 and "unknown parameter 'epoch' (did you mean 'epochs'?)" in printed, printed
+
+
+# --- the values a user can write: quotes, empty values, repeated values -------------------------------------------
+
+def test_a_quoted_value_is_one_text_without_its_quotes():
+    """The quoting rule of --grid and --set: a comma inside quotes or brackets does not split, quotes are removed."""
+    assert assignments(["results_dir='runs/q,1',other"], lists=True) == {"results_dir": ["runs/q,1", "other"]}
+    assert assignments(["mode='render'", 'tag="a, b"'], lists=False) == {"mode": "render", "tag": "a, b"}
+    assert assignments(["epsilons=[1, 2],[4]"], lists=True) == {"epsilons": [[1, 2], [4]]}
+
+
+@pytest.mark.parametrize("item, lists, message", [
+    ("epochs=", True, r"--grid 'epochs=' gives epochs no value: write epochs=v1,v2 \(quote a text with a comma"),
+    ("mode= ", False, r"--set 'mode= ' gives mode no value: write mode=value"),
+    ("seed=1,2,1", True, r"--grid seed=1,2,1 repeats 1: give each value once"),
+])
+def test_an_empty_or_repeated_grid_value_is_refused_naming_the_option(item, lists, message):
+    with pytest.raises(ValueError, match=message):
+        assignments([item], lists=lists)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[]", r"seeds is an empty list: give at least one value"),
+    ("[0, 0]", r"seeds \[0, 0\] repeats 0: give each value once"),
+])
+def test_an_empty_or_repeated_list_of_seeds_is_refused(text, message):
+    from dpbook.checks import Seed
+    from dpbook.repro.params import checked
+
+    with pytest.raises(ValueError, match=message):
+        checked("seeds", text, [0, 1], list[Seed])
+    assert checked("seeds", "[0, 3]", [0, 1], list[Seed]) == [0, 3]
+
+
+def test_a_chapter_refuses_a_repeated_budget():
+    from dpbook.repro.papers import dpdr
+
+    with pytest.raises(ValueError, match=r"epsilons \[1.0, 1.0\] repeats 1.0: give each value once"):
+        dpdr.Reproduction(epsilons=[1.0, 1.0])

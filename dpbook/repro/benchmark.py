@@ -164,7 +164,7 @@ class Benchmark:
             try:
                 runs += self.planned_runs(m, e, p, seeds=seeds, epochs=epochs)
             except ValueError as err:
-                unreachable.append(f"{m} eps={e:g} {p}: {str(err).splitlines()[0][:160]}")
+                unreachable.append(f"{m} eps={e:g} {p}: {str(err).splitlines()[0]}")
         return runs, unreachable
 
     def phase2(self, results_dir, *, methods, epsilons, seeds, epochs) -> tuple[list[Experiment], list[str]]:

@@ -66,16 +66,23 @@ def python_literal(name: str, text: str, example: str = "[0, 1]") -> Any:
 
 
 def parts(text: str) -> list[str]:
-    """``text`` split on the commas outside brackets, each part stripped, empty ones dropped.
+    """``text`` split on the commas outside brackets and quotes, each part stripped, empty ones dropped: the
+    quoting rule of a sweep's ``--grid`` and ``--set``. A value with a comma is written in quotes (a text) or in
+    brackets (a list).
 
-    >>> parts("[1, 2],[3]"), parts(" mnist, svhn ,, ")
-    (['[1, 2]', '[3]'], ['mnist', 'svhn'])
+    >>> parts("[1, 2],[3]"), parts(" mnist, svhn ,, "), parts("'runs/q,1',b")
+    (['[1, 2]', '[3]'], ['mnist', 'svhn'], ["'runs/q,1'", 'b'])
     """
-    found, depth, current = [], 0, ""
+    found, depth, quote, current = [], 0, "", ""
     for char in text:
-        depth += char in "[{("
-        depth -= char in "]})"
-        if char == "," and depth == 0:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        else:
+            depth += char in "[{("
+            depth -= char in "]})"
+        if char == "," and depth == 0 and not quote:
             found.append(current)
             current = ""
         else:
@@ -85,13 +92,14 @@ def parts(text: str) -> list[str]:
 
 def text_value(name: str, text: str) -> Any:
     """The value a command line's ``text`` writes for the parameter ``name``, before the parameter's type is known:
-    a Python literal in brackets (:func:`python_literal`), true/false, none/null, a number, else the text itself.
+    a Python literal in brackets or quotes (:func:`python_literal`: a quoted text is that text, without its
+    quotes), true/false, none/null, a number, else the text itself.
 
-    >>> [text_value("x", t) for t in ("4", "0.5", "True", "null", "['a', 'b']", "(1, 2)", "dpsgd")]
-    [4, 0.5, True, None, ['a', 'b'], (1, 2), 'dpsgd']
+    >>> [text_value("x", t) for t in ("4", "0.5", "True", "null", "['a', 'b']", "(1, 2)", "dpsgd", "'2'")]
+    [4, 0.5, True, None, ['a', 'b'], (1, 2), 'dpsgd', '2']
     """
     stripped = text.strip()
-    if stripped[:1] in ("[", "{", "("):
+    if stripped[:1] in ("[", "{", "(", "'", '"'):
         return python_literal(name, stripped)
     lowered = stripped.lower()
     if lowered in ("true", "false"):
@@ -114,17 +122,32 @@ def assignments(items: Iterable[str], *, lists: bool) -> dict[str, Any]:
     {'epsilon': [2, 4.5], 'methods': [['dpsgd'], ['a', 'b']]}
     >>> assignments(["smoke=true", "delta=none"], lists=False)
     {'smoke': True, 'delta': None}
+    >>> assignments(["results_dir='/a,b'", "mode='render'"], lists=True)
+    {'results_dir': ['/a,b'], 'mode': ['render']}
     >>> assignments(["epsilon"], lists=True)
     Traceback (most recent call last):
     ...
     ValueError: expected name=value, got 'epsilon'
+    >>> assignments(["seed=1,2,1"], lists=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: --grid seed=1,2,1 repeats 1: give each value once
     """
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"expected name=value, got {item!r}")
-        name, value = item.split("=", 1)
-        out[name.strip()] = [text_value(name, v) for v in parts(value)] if lists else text_value(name, value)
+        name, value = (part.strip() for part in item.split("=", 1))
+        if not value:
+            raise ValueError(f"{'--grid' if lists else '--set'} {item!r} gives {name} no value: write "
+                             f"{name}={'v1,v2' if lists else 'value'} (quote a text with a comma: {name}='a,b')")
+        if not lists:
+            out[name] = text_value(name, value)
+            continue
+        out[name] = [text_value(name, v) for v in parts(value)]
+        repeated = [v for i, v in enumerate(out[name]) if v in out[name][:i]]
+        if repeated:
+            raise ValueError(f"--grid {item} repeats {repeated[0]!r}: give each value once")
     return out
 
 

@@ -103,6 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m dpbook.repro.sweep: {err}", file=sys.stderr)
         return 2
 
+    if summaries and not sum(s["planned"] for s in summaries):  # every cell unreachable: nothing could run
+        for line in _summary_lines(summaries):
+            print(line, file=sys.stderr)
+        print("python -m dpbook.repro.sweep: nothing to run: every cell above is unreachable (its budget cannot be met "
+              "with these settings); change the budgets or the settings", file=sys.stderr)
+        return 2
     for line in _summary_lines(summaries):
         print(line)
     return 1 if any(s["failed"] for s in summaries) else 0
