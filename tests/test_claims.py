@@ -61,7 +61,7 @@ def test_the_claim_of_a_killed_holder_is_taken_over_at_once(tmp_path):
 
 def test_a_waiting_claim_gets_it_when_the_holder_ends(tmp_path, capfd):
     target = tmp_path / "run.json"
-    proc = holder(target, 1.5)
+    proc = holder(target, 0.5)
     with io.claim(target, wait=True):
         assert (tmp_path / "run.json.made").exists(), "the claim was given while its holder was still at work"
     proc.wait()

@@ -359,16 +359,18 @@ def test_a_sweep_with_nothing_to_run_exits_2_with_every_reason_in_full(tmp_path,
     assert "Use a larger epsilon, a smaller grid or protocol='lt'." in err  # the reason in full, not cut
 
 
-def test_jobs_beyond_the_machine_are_capped_saying_so(tmp_path, capsys, monkeypatch, one_thread):
+@pytest.mark.parametrize("cpus, memory_gb, cap, why", [
+    (2, 64.0, 2, "this machine has 2 CPU(s) and 64.0 GB of memory available (0.65 GB a worker)"),
+    (16, 2.0, 3, "this machine has 16 CPU(s) and 2.0 GB of memory available (0.65 GB a worker)"),
+    (4, None, 4, "this machine has 4 CPU(s)"),
+])
+def test_jobs_beyond_the_machine_are_capped_saying_so(cpus, memory_gb, cap, why, monkeypatch):
     from dpbook.repro import sweep
-    from dpbook.repro.experiment import Experiment
 
-    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 2)
-    runs = [Experiment(study="cap", dataset="digits", model="digits_mlp", method="dpsgd", hyperparameters={"C": 1.0},
-                       epsilon=4.0, epochs=1, batch_size=256, lr=0.05, seed=seed) for seed in range(2)]
-    summary = sweep.run_all(runs, jobs=1000, results_dir=tmp_path, progress=False)
-    assert summary["done"] == 2
-    assert "--jobs 1000 capped to 2: this machine has 2 CPU(s) and " in capsys.readouterr().out
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(sweep, "_available_memory_gb", lambda: memory_gb)
+    assert sweep.worker_cap(1000) == (cap, f"--jobs 1000 capped to {cap}: {why}")
+    assert sweep.worker_cap(1) == (1, "")
 
 
 def test_a_manifest_of_an_older_dpbook_says_how_to_go_on(tmp_path):
