@@ -15,6 +15,22 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.dpbook-installed
 PYTEST_ARGS ?=
 
+# `make PYTHON=...` asks for an interpreter: a .venv made by another Python would be used instead, silently, so
+# make stops and says how to go on (`make clean` removes .venv; the next make builds it with PYTHON).
+ifeq ($(origin PYTHON),command line)
+ifneq ($(wildcard $(PY)),)
+ifneq ($(filter-out clean clean-book oldest oldest-install oldest-test,$(or $(MAKECMDGOALS),test)),)
+VENV_PYTHON  := $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ASKED_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ifneq ($(VENV_PYTHON),$(ASKED_PYTHON))
+$(error dpbook: PYTHON=$(PYTHON) is $(if $(ASKED_PYTHON),Python $(ASKED_PYTHON),not found on PATH), but $(VENV) was \
+made with Python $(VENV_PYTHON) and would be used instead. Run 'make clean' (it removes $(VENV)) and rerun \
+'make PYTHON=$(PYTHON) $(MAKECMDGOALS)', or drop PYTHON= to keep using $(VENV))
+endif
+endif
+endif
+endif
+
 .PHONY: test test-quick book serve browser check install oldest oldest-install oldest-test bench digits mnist5k dry-run gpu-check clean clean-book
 
 install: $(STAMP)

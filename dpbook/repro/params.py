@@ -369,7 +369,9 @@ def unknown_parameters(given, declared) -> str:
 
 def parameters_cell(source: str) -> tuple[dict, dict]:
     """The parameters a cell of assignments defines, with their values, and the annotations it gives them (a type,
-    or a range of :mod:`dpbook.checks`, which the cell imports from there: :func:`checked`).
+    or a range of :mod:`dpbook.checks`, which the cell imports from there: :func:`checked`). A union is written with
+    ``typing``'s ``Optional`` and ``Union``, which papermill's own reader of a parameters cell understands (it warns
+    "Passed unknown parameter" for an annotation written with ``|``).
 
     >>> cell = ("from dpbook.checks import Count\\n\\na = 1  # the first\\nb: list[str] | None = None\\n"
     ...         "c, d = 2.0, [a]\\ne: Count = 3")
@@ -388,9 +390,9 @@ def parameters_cell(source: str) -> tuple[dict, dict]:
         elif isinstance(node, ast.Assign):
             names += [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
         elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-                  or isinstance(node, ast.ImportFrom) and node.module == "dpbook.checks"):
+                  or isinstance(node, ast.ImportFrom) and node.module in ("dpbook.checks", "typing")):
             raise RuntimeError("the cell before the parameter check must be the parameters cell (assignments, and "
-                               "the ranges it imports from dpbook.checks), not one with "
+                               "the ranges and types it imports from dpbook.checks and typing), not one with "
                                f"{ast.unparse(node)[:60]!r}: run the notebook's cells in order")
     values: dict = {}
     code = compile(tree, "<parameters>", "exec", dont_inherit=True)  # annotations evaluated, as in the notebook
