@@ -283,6 +283,8 @@ def test_a_failed_run_of_a_sweep_is_one_line_naming_its_cell(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert code == 1
     executed = tmp_path / "executed" / sweep.executed_name(path, {"x": 2}, {"x": 2})
+    manifest = next((tmp_path / "executed" / ".sweeps").glob("*/manifest.json"))
+    assert f"sweep of 2 notebook execution(s) on local; manifest {manifest}" in out  # a local sweep says where
     assert out[-2:] == ["planned 2: done 1, failed 1",
                         f"  FAILED {executed}: the cell 'if x == 2:' raised ValueError: x must not be two"]
 

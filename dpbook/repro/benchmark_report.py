@@ -14,7 +14,7 @@ The papers' claims are one register, :data:`dpbook.repro.claims.CLAIMS`, which b
 from __future__ import annotations
 
 __all__ = [
-    "Cells", "WORDS", "cells", "status_line", "check_complete", "values", "accuracy_table", "unreachable",
+    "Cells", "WORDS", "cells", "status_line", "check_complete", "complete", "values", "accuracy_table", "unreachable",
     "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge", "claims_markdown",
     "versus_baseline",
     "against", "identical_counts", "identical_table", "histogram_noise_table",
@@ -83,6 +83,16 @@ def check_complete(benchmark: Benchmark, the_cells: Cells, *, seeds: int, epochs
             wrong.append(f"{where} is {c['status']}")
     if wrong:
         raise ValueError(f"rerun `{command}`: " + "; ".join(wrong))
+
+
+def complete(the_cells: Cells) -> bool:
+    """Whether every cell is done: all its runs recorded, or unreachable. A chapter checks its prose's claims on
+    complete cells only (a cell that is still training has no mean).
+
+    >>> complete({("dpsgd", 1.0, "none"): {"status": "ok"}}), complete({("dpsgd", 1.0, "none"): {"status": "partial"}})
+    (True, False)
+    """
+    return all(c["status"] in ("ok", "unreachable") for c in the_cells.values())
 
 
 def values(the_cells: Cells, method: str, epsilon: float, protocol: str) -> list[float] | None:
