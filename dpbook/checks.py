@@ -40,7 +40,7 @@ from __future__ import annotations
 __all__ = ["Domain", "Refused", "integers", "numbers", "choice", "listing", "either", "text", "Count", "Seed",
            "Points", "Positive", "NonNegative", "Probability", "Fraction", "PositiveFraction", "domain_of", "plain",
            "real", "positive", "non_negative", "rate", "open_unit", "closed_unit", "integer", "one_of",
-           "did_you_mean"]
+           "did_you_mean", "first_repeated"]
 
 import argparse
 import difflib
@@ -51,7 +51,7 @@ import operator
 import types
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable, Sequence
 
 
 def _same(value: Any) -> Any:
@@ -150,7 +150,7 @@ class Domain:
         for values in _lists(value):
             if not values:
                 raise ValueError(f"{name} is an empty list: give at least one value")
-            repeated = [v for i, v in enumerate(values) if v in values[:i]]
+            repeated = first_repeated(values)
             if repeated:
                 raise ValueError(f"{name} {list(values)!r} repeats {repeated[0]!r}: give each value once")
         for item in _items(value):
@@ -177,6 +177,15 @@ def _items(value: Any) -> Iterable:
     if isinstance(value, (list, tuple, set)):
         return [item for v in value for item in _items(v)]
     return [value]
+
+
+def first_repeated(values: Sequence) -> list:
+    """``[v]`` for the first value of ``values`` that an earlier one equals, else ``[]``.
+
+    >>> first_repeated([0, 1, 0, 1]), first_repeated([1.0, 2.0])
+    ([0], [])
+    """
+    return next(([v] for i, v in enumerate(values) if v in values[:i]), [])
 
 
 def _lists(value: Any) -> Iterable[list | tuple]:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Collection, Iterable
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from dpbook.checks import Domain, did_you_mean, domain_of, plain
+from dpbook.checks import Domain, did_you_mean, domain_of, first_repeated, plain
 
 #: The cell every notebook runs right after its ``parameters`` cell (and papermill's injected one); it stays out of
 #: the rendered book (tag ``remove-cell``). ``tools/stamp_cells.py`` writes it, ``tests/test_colab.py`` checks it.
@@ -145,7 +145,7 @@ def assignments(items: Iterable[str], *, lists: bool) -> dict[str, Any]:
             out[name] = text_value(name, value)
             continue
         out[name] = [text_value(name, v) for v in parts(value)]
-        repeated = [v for i, v in enumerate(out[name]) if v in out[name][:i]]
+        repeated = first_repeated(out[name])
         if repeated:
             raise ValueError(f"--grid {item} repeats {repeated[0]!r}: give each value once")
     return out

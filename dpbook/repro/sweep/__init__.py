@@ -282,7 +282,7 @@ def executed_name(notebook: Path, point: dict[str, Any], parameters: dict[str, A
     'nb_seed=1_a66ff71b6a.ipynb'
     """
     tag = re.sub(r"[^A-Za-z0-9._=-]+", "", "_".join(f"{k}={v}" for k, v in point.items()))[:80]
-    digest = hashlib.sha256(json.dumps(json.loads(json.dumps(parameters)), sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(parameters, sort_keys=True).encode()).hexdigest()  # JSON values already
     return "_".join(filter(None, (notebook.stem, tag, digest[:10]))) + ".ipynb"
 
 
