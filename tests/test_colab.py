@@ -80,18 +80,18 @@ def _remote(where: Path) -> Path:
 
 
 def _colab_python(where: Path) -> Path:
-    """A fresh venv standing in for Colab's Python: its own pip, a ``google.colab`` module imported at start-up (as
-    on Colab), and this environment's packages (torch, numpy, ...) visible through a ``.pth`` file, as Colab's
+    """A fresh venv standing in for Colab's Python: a ``google.colab`` module imported at start-up (as on Colab),
+    and this environment's packages (pip, torch, numpy, ...) visible through a ``.pth`` file, as Colab's
     preinstalled ones are, except dpbook, which the set-up cell must install. Every requirement is thus already
     there and pip installs dpbook alone (no network needed); installing the requirements themselves, at the oldest
     versions dpbook supports, is ``make oldest``'s part."""
-    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)  # pip: preinstalled
     (site,) = where.glob("lib/python*/site-packages")
     ours = Path(sysconfig.get_paths()["purelib"])
     preinstalled = where / "preinstalled"
     preinstalled.mkdir()
     for entry in ours.iterdir():
-        if not entry.name.startswith(("dpbook", "__editable__", "pip", "__pycache__")) and entry.suffix != ".pth":
+        if not entry.name.startswith(("dpbook", "__editable__", "__pycache__")) and entry.suffix != ".pth":
             (preinstalled / entry.name).symlink_to(entry)
     (site / "google" / "colab").mkdir(parents=True)
     (site / "google" / "colab" / "__init__.py").write_text('"""Stand-in for Colab\'s module."""\n')
