@@ -165,13 +165,20 @@ def _method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> 
     ...
     ValueError: method 'dpsgd' has no hyperparameter 'c' (did you mean 'C'?); its hyperparameters: C, sigma
     """
-    cls = METHODS[method]
-    declared = {**_annotations(cls.__init__), **_annotations(cls.from_plan)}
-    accepted = list(hyperparameter_names(cls)) + [
-        p.name for p in inspect.signature(cls.from_plan).parameters.values() if p.kind == p.KEYWORD_ONLY]
+    declared, accepted = _declared(METHODS[method])
     check_hyperparameter_names(method, hyperparameters, accepted)
     return {name: params.convert(f"{method}'s {name}", _plain(value), declared.get(name, Any))
             for name, value in sorted(dict(hyperparameters).items())}
+
+
+@functools.lru_cache(maxsize=None)
+def _declared(cls: type) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A method class's hyperparameters as its constructor and its ``from_plan`` declare them: their types, and the
+    names accepted. Read once per class: every Experiment checks against them, and so does each of its copies."""
+    declared = {**_annotations(cls.__init__), **_annotations(cls.from_plan)}
+    accepted = (*hyperparameter_names(cls), *(p.name for p in inspect.signature(cls.from_plan).parameters.values()
+                                               if p.kind == p.KEYWORD_ONLY))
+    return declared, accepted
 
 
 def _plain(value: Any) -> Any:
