@@ -10,20 +10,28 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from dpbook import accounting
-from dpbook.audit import statistics
+from dpbook.audit import statistics, white_box
 from dpbook.audit.__main__ import main as audit_main
-from dpbook.audit.broken import BROKEN, audit_broken
+from dpbook.audit.broken import BROKEN, SAMPLERS, CorrelatedNoise, audit_broken
 from dpbook.audit.one_run import WithCanaries, ceiling, dirac_canaries, one_run_audit, quiet_coordinates
 from dpbook.audit.parallel import records
-from dpbook.audit.sweep import sweep
-from dpbook.audit.white_box import FAST_TRIALS, audit
+from dpbook.audit.sampling import poisson_test
+from dpbook.audit.scenarios import SCENARIOS
+from dpbook.audit.sweep import band_probability, canary_effect, sweep
+from dpbook.audit.white_box import FAST_RANDOM_NORMS, FAST_TRIALS, audit
 from dpbook.data import load_digits
 from dpbook.methods import METHODS
+from dpbook.methods.dpsgd import DPSGD
+from dpbook.methods.scenario import DTYPE, SHAPES
 from dpbook.models import digits_mlp
 from dpbook.per_sample import PerSampleGradients
+from dpbook.sampling import PoissonSampler
+from dpbook.train import Trainer
 
 REQUIRED = {"method", "broken", "steps", "trials", "delta", "epsilon_claimed", "epsilon_lower", "mu_claimed",
             "mu_lower"}
@@ -72,7 +80,7 @@ def test_one_run_bound_is_the_binomial_test_without_delta():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_method_leaks_no_more_than_it_is_charged(name):
-    result = audit(name, trials=FAST_TRIALS)
+    result = audit(name, trials=FAST_TRIALS, random_norms=FAST_RANDOM_NORMS)
     assert not result.flagged, result
     assert result.mu_claimed == pytest.approx(1 / result.noise_multiplier)
     # the canary saturates the declared sensitivity: the audit is run at the worst case the declaration allows
@@ -84,10 +92,12 @@ def test_method_leaks_no_more_than_it_is_charged(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_two_steps_of_one_instance_leak_no_more_than_they_are_charged(name):
-    result = audit(name, trials=FAST_TRIALS // 4, steps=2)  # the recorded audit has the power: 50,000 plays
+    # the recorded audit has the power: 50,000 plays
+    result = audit(name, trials=FAST_TRIALS // 4, steps=2, random_norms=FAST_RANDOM_NORMS)
     assert not result.flagged, result
     assert result.steps == 2 and "projection@1*projection@2" in result.features
-    one = audit(name, trials=8)
+    assert result.signs in ((1, 1), (1, -1))  # the worst of the constant and the alternating canary
+    one = audit(name, trials=8, random_norms=FAST_RANDOM_NORMS)
     assert result.epsilon_claimed > one.epsilon_claimed and result.mu_claimed > one.mu_claimed
     if name != "dpdr":  # DPDR's second step is a GDR step at its own multiplier; the others repeat the first
         assert result.mu_claimed == pytest.approx(math.sqrt(2) / result.noise_multiplier)
@@ -97,7 +107,7 @@ def test_two_steps_of_one_instance_leak_no_more_than_they_are_charged(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dpsgd", "dcsgd-e", "adaclip", "dpdr", "diff2"])
 def test_poisson_step_leaks_no_more_than_its_subsampled_claim(name):
-    result = audit(name, trials=FAST_TRIALS, sample_rate=0.5)
+    result = audit(name, trials=FAST_TRIALS, sample_rate=0.5, random_norms=FAST_RANDOM_NORMS)
     assert not result.flagged
     assert result.epsilon_claimed == pytest.approx(accounting.epsilon(result.noise_multiplier, 0.5, 1, 1e-5))
     assert result.epsilon_claimed < accounting.epsilon(result.noise_multiplier, 1.0, 1, 1e-5)
@@ -130,12 +140,56 @@ def test_the_sweep_finds_what_a_fixed_canary_misses(kind, own, direction, norms)
     assert result.worst_direction == direction and norms[0] <= result.worst_norm <= norms[1]
 
 
+class _NarrowBand(DPSGD):
+    """DP-SGD whose weights are doubled for norms in [1.3, 1.55]: a band between two norms of the grid (1.26, 1.58)."""
+
+    def weights(self, norms):
+        w = super().weights(norms)
+        return torch.where((norms >= 1.3) & (norms <= 1.55), 2 * w, w)
+
+
+class _Peak(DPSGD):
+    """DP-SGD whose contribution rises to 2C at norm 1.4 and falls back within 0.15 decades: a peak whose top lies
+    between two norms of the grid."""
+
+    def weights(self, norms):
+        tent = (1 - (norms / 1.4).log10().abs() / 0.15).clamp(min=0)
+        return super().weights(norms) * (1 + tent)
+
+
+def test_the_random_norms_find_a_band_between_the_grids_norms():
+    dpsgd = SCENARIOS["dpsgd"]
+    assert not sweep(_NarrowBand, dpsgd, random_norms=0).exceeds  # the grid alone steps over the band
+    result = sweep(_NarrowBand, dpsgd)
+    assert result.exceeds and result.worst_direction == "declared" and 1.3 <= result.worst_norm <= 1.55
+    assert band_probability(math.log10(1.55 / 1.3)) > 0.99  # what the chapter says of such a band
+
+
+def test_the_sweep_looks_between_the_grids_norms_around_a_peak():
+    result = sweep(_Peak, SCENARIOS["dpsgd"], random_norms=0)
+    on_grid = max(float(v.max()) for v in result.shifts.values())
+    assert on_grid < 1.75 * result.sensitivity  # the grid's norms 1.26 and 1.58 sit on the peak's flanks
+    assert result.worst_shift > 1.95 * result.sensitivity and abs(math.log10(result.worst_norm / 1.4)) < 0.01
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+@settings(max_examples=30, deadline=None)
+@given(exponent=st.floats(-6, 7), direction=st.lists(st.floats(-1, 1), min_size=10, max_size=10))
+def test_no_canary_of_any_norm_or_direction_exceeds_the_declared_sensitivity(name, exponent, direction):
+    u = torch.tensor(direction, dtype=DTYPE)
+    assume(float(u.norm()) > 1e-3)
+    flat = 10 ** exponent * u / u.norm()
+    canary = [flat[:6].reshape(SHAPES[0]), flat[6:].reshape(SHAPES[1])]
+    effect, sensitivity = canary_effect(METHODS[name], SCENARIOS[name], canary)
+    assert effect <= sensitivity * (1 + 1e-9)
+
+
 # --- the broken controls ---------------------------------------------------------------------------------------
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_broken_control_is_flagged(kind):
-    result = audit_broken(kind, trials=FAST_TRIALS // 2, steps=2)
+    result = audit_broken(kind, trials=FAST_TRIALS // 2, steps=2, random_norms=FAST_RANDOM_NORMS)
     assert result.flagged and result.mu_lower > result.mu_claimed, result
     assert result.method == BROKEN[kind][0] and result.broken == kind
 
@@ -143,8 +197,64 @@ def test_broken_control_is_flagged(kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_one_step_audit_is_blind_to_noise_across_steps_only(kind):
-    result = audit_broken(kind, trials=FAST_TRIALS)
+    result = audit_broken(kind, trials=FAST_TRIALS, random_norms=FAST_RANDOM_NORMS)
     assert result.flagged == (kind not in ACROSS_STEPS), result
+
+
+class _AntiCorrelated(CorrelatedNoise):
+    """DP-SGD whose second step adds minus the first step's noise: each step's noise right, their sum none."""
+
+    rho = -1.0
+
+
+def test_every_sign_pattern_is_audited_and_the_worst_reported():
+    anti = white_box.run(_AntiCorrelated, SCENARIOS["dpsgd"], name="dpsgd", trials=FAST_TRIALS // 2, steps=2,
+                         random_norms=FAST_RANDOM_NORMS)
+    assert anti.flagged and anti.signs == (1, 1)  # the alternating canary cancels with the noise; the constant not
+    reused = audit_broken("reused-noise", trials=FAST_TRIALS // 2, steps=2, random_norms=FAST_RANDOM_NORMS)
+    assert reused.flagged and reused.signs == (1, -1)
+    assert audit("dpsgd", trials=8, random_norms=0).signs == (1,)
+
+
+class _Counted(PoissonSampler):
+    draws = 0
+
+    def sample(self):
+        type(self).draws += 1
+        return super().sample()
+
+
+def test_the_canary_joins_a_batch_as_the_engines_sampler_draws_it():
+    result = white_box.run(METHODS["dpsgd"], SCENARIOS["dpsgd"], name="dpsgd", trials=40, steps=2, sample_rate=0.5,
+                           sampler=_Counted, random_norms=0)
+    assert _Counted.draws == 40 * 2 and result.sample_rate == 0.5
+
+
+# --- the sampler ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("N, B", [(20, 4), (9, 4.5), (50, 1)])
+def test_the_engines_sampler_is_poisson(N, B):
+    for seed in range(3):
+        result = poisson_test(PoissonSampler(N=N, expected_batch_size=B, seed=seed))
+        assert not result.flagged, result
+
+
+def test_the_trainers_batches_are_poisson():
+    """The sampler the Trainer (and every reproduction, through it) draws its batches from."""
+    g = torch.Generator().manual_seed(0)
+    data = (torch.randn(30, 4, generator=g), torch.randint(0, 2, (30,), generator=g), torch.randn(4, 4),
+            torch.tensor([0, 1, 0, 1]))
+    model = torch.nn.Linear(4, 2)
+    trainer = Trainer(model, DPSGD(C=1.0, sigma=1.0), torch.optim.SGD(model.parameters(), lr=0.1), data,
+                      expected_batch_size=6, epochs=1, delta=1e-3, progress=False)
+    result = poisson_test(trainer.sampler)
+    assert not result.flagged and (result.N, result.q) == (30, 0.2), result
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLERS))
+def test_a_broken_sampler_is_flagged(kind):
+    result = poisson_test(SAMPLERS[kind](N=20, expected_batch_size=4, seed=0))
+    assert result.flagged and "batch sizes" in result.failed, result
 
 
 # --- the command line ------------------------------------------------------------------------------------------
@@ -155,21 +265,25 @@ def _cli(*args, cwd=None):
                           cwd=cwd)
 
 
+FEW_NORMS = ["--random-norms", str(FAST_RANDOM_NORMS)]  # the sweep's random canary norms (no control has a band)
+
+
 def test_cli_audits_a_method_over_one_and_two_steps_and_exits_zero(capsys):
-    assert audit_main(["--method", "dpsgd", "--trials", "400", "--json", "--jobs", "1"]) == 0
+    assert audit_main(["--method", "dpsgd", "--trials", "400", "--json", "--jobs", "1", *FEW_NORMS]) == 0
     records = json.loads(capsys.readouterr().out)
     assert all(REQUIRED <= set(r) for r in records)
     assert [(r["method"], r["broken"], r["steps"]) for r in records] == [("dpsgd", None, 1), ("dpsgd", None, 2)]
 
 
 def test_cli_flags_a_control_of_noise_across_steps_from_the_first_command(capsys):
-    assert audit_main(["--broken", "reused-noise", "--trials", "400", "--json", "--jobs", "1"]) == 1
+    assert audit_main(["--broken", "reused-noise", "--trials", "400", "--json", "--jobs", "1", *FEW_NORMS]) == 1
     records = json.loads(capsys.readouterr().out)
     assert [(r["steps"], r["flagged"]) for r in records] == [(1, False), (2, True)]
 
 
 def test_cli_audits_every_control_on_the_method_it_breaks(capsys):
-    args = ["--method", "dpsgd", "--broken", "all", "--trials", "200", "--steps", "2", "--json", "--jobs", "1"]
+    args = ["--method", "dpsgd", "--broken", "all", "--trials", "200", "--steps", "2", "--json", "--jobs", "1",
+            *FEW_NORMS]
     assert audit_main(args) == 1
     captured = capsys.readouterr()
     records = json.loads(captured.out)
@@ -200,9 +314,9 @@ def test_cli_refuses_mistakes_with_exit_two(args, message, capsys):
 def test_cli_output_resumes_and_bounds_hold_jointly(tmp_path, capsys):
     """The command in a process of its own (as typed), then again, with another audit and forced, in this one."""
     out = tmp_path / "audit.json"
-    args = ["--broken", "half-noise", "--trials", "200", "--output", str(out), "--jobs", "1"]
+    args = ["--broken", "half-noise", "--trials", "200", "--output", str(out), "--jobs", "1", *FEW_NORMS]
     every = ["--method", "all", "--trials", "200", "--sample-rate", "0.5", "--steps", "1", "--output", str(out),
-             "--json"]
+             "--json", *FEW_NORMS]
     first = _cli(*every)
     assert first.returncode == 0, first.stderr
     record = json.loads(out.read_text())
@@ -260,6 +374,6 @@ def test_one_run_audit_refutes_the_claim_of_noise_reused_across_steps():
 @pytest.mark.slow
 def test_audits_in_parallel_processes_give_the_same_records():
     jobs = [("dpsgd", None, 1.0, 2), ("dpsgd", "reused-noise", 1.0, 2)]
-    one, two = (list(records(jobs, dict(trials=200), processes=p)) for p in (1, 2))
+    one, two = (list(records(jobs, dict(trials=200, random_norms=FAST_RANDOM_NORMS), processes=p)) for p in (1, 2))
     drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
     assert [drop(r) for r in one] == [drop(r) for r in two] and [r["flagged"] for r in two] == [False, True]

@@ -49,7 +49,8 @@ SMALL = {
     "dpbook.repro.sweep mnist5k": ["--methods", "dcsgd-e", "--epsilons", "8", "--seeds", "1", "--epochs", "1"],
     "dpbook.repro.bench": ["--repeats", "1", "--skip-memory", "--models", "mnist_cnn", "--batch-sizes", "8",
                            "--method-models", "--profile-models"],
-    "dpbook.audit": ["--trials", "200", "--steps", "1", "--jobs", "1"],  # 200 plays, one step, 1 process
+    # 200 plays, one step, 1 process, 64 random canary norms
+    "dpbook.audit": ["--trials", "200", "--steps", "1", "--jobs", "1", "--random-norms", "64"],
     "dpbook.audit.one_run": ["--seeds", "1", "--epsilons", "8", "--canaries", "100"],
     # the dry run of one cell of one chapter at B = 2 (tests/test_dry_run.py builds every chapter's sample)
     "dpbook.repro.dry_run": ["psasc", "--sample", "--steps", "1", "--set", "batch_size=2",

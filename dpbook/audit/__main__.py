@@ -34,11 +34,12 @@ from dpbook import accounting, checks, io
 from dpbook.audit.broken import BROKEN
 from dpbook.audit.parallel import records
 from dpbook.audit.statistics import CONFIDENCE
+from dpbook.audit.sweep import RANDOM_NORMS, band_probability
 from dpbook.audit.white_box import DELTA, FAST_TRIALS
 from dpbook.io import resumable
 from dpbook.methods import METHODS
 
-COLUMNS = ("method", "broken", "sample_rate", "steps", "trials", "canary", "epsilon_claimed", "epsilon_lower",
+COLUMNS = ("method", "broken", "sample_rate", "steps", "trials", "canary", "signs", "epsilon_claimed", "epsilon_lower",
            "mu_claimed", "mu_lower", "flagged", "seconds")
 
 
@@ -60,7 +61,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--delta", type=checks.numbers(above=0, below=1, fix="the delta of the claim"), default=DELTA)
     parser.add_argument("--accountant", type=checks.choice(accounting.ACCOUNTANTS, "accountant"), default="rdp",
                         help="the accountant of the epsilon claimed (rdp or prv)")
-    parser.add_argument("--seed", type=checks.integers(0, "the audit's seed"), default=0)
+    parser.add_argument("--seed", type=checks.integers(0, "the audit's seed"), default=0,
+                        help="the seed of the noise, the sampler, the random canary norms and the random sign pattern")
+    parser.add_argument("--random-norms", type=checks.integers(0, "random canary norms of the sweep"),
+                        default=RANDOM_NORMS, help="canary norms the sweep draws at random between its grid's "
+                        "points (default %(default)s: one falls in a band of norms 0.076 decades wide with "
+                        f"probability {band_probability(0.076):.3f})")
     parser.add_argument("--jobs", type=checks.integers(1, "audits at once"), default=max(1, os.cpu_count() or 1),
                         help="audits at once, one process each (default: the CPU count); the results do not depend "
                              "on it")
@@ -103,7 +109,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str | None, float, int]]:
 def run_parameters(args: argparse.Namespace, jobs) -> dict:
     """What makes two invocations the same audit (a rerun with equal parameters resumes)."""
     return {"trials": args.trials, "delta": args.delta, "accountant": args.accountant, "seed": args.seed,
-            "audits": [list(job) for job in jobs], "confidence": CONFIDENCE}
+            "random_norms": args.random_norms, "audits": [list(job) for job in jobs], "confidence": CONFIDENCE}
 
 
 def main(argv=None) -> int:
@@ -114,7 +120,8 @@ def main(argv=None) -> int:
                                                        parser=parser)
     finished = {(r["method"], r["broken"], r["sample_rate"], r["steps"]) for r in results}
     each = 1 - (1 - CONFIDENCE) / len(jobs)
-    options = dict(trials=args.trials, delta=args.delta, accountant=args.accountant, seed=args.seed, confidence=each)
+    options = dict(trials=args.trials, delta=args.delta, accountant=args.accountant, seed=args.seed,
+                   random_norms=args.random_norms, confidence=each)
     others = sorted({kind for _, kind, _, _ in jobs if kind and args.method not in (None, "all", BROKEN[kind][0])})
     if others:
         broken = ", ".join(f"{kind} (breaks {BROKEN[kind][0]})" for kind in others)

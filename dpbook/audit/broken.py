@@ -1,4 +1,5 @@
-r"""Broken controls: eight deliberately wrong methods that the audit must flag, registered here and nowhere else.
+r"""Broken controls: eight deliberately wrong methods that the audit must flag, and a wrong sampler that the sampler's
+test must flag, registered here and nowhere else.
 
 Each keeps the declarations of the correct method (what the accountant is told) and breaks what it releases, the
 way real implementations have been broken:
@@ -36,13 +37,19 @@ way real implementations have been broken:
     DP-SGD whose noise is an AR(1) sequence across steps, :math:`n_t = \rho n_{t-1} + \sqrt{1 - \rho^2}z_t` with
     :math:`\rho = 0.9`: each step's noise has the declared std, but the steps are not independent, as the
     composition assumes.
+
+And the sampler (:data:`SAMPLERS`, tested by :func:`dpbook.audit.sampling.poisson_test`):
+
+``fixed-size-batches``
+    Shuffled batches of exactly :math:`B` examples, charged as Poisson batches at :math:`q = B/N`, as many data
+    loaders draw them: every example's rate is :math:`q`, but the batch size never varies and no batch is empty.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "NoClipping", "HalfNoise", "RealisedBatchAdaClip", "DataDependentNoise", "ClippedSum", "BandWeights",
-    "CorrelatedNoise", "ReusedNoise", "BROKEN", "audit_broken"
+    "CorrelatedNoise", "ReusedNoise", "BROKEN", "audit_broken", "FixedSizeBatches", "SAMPLERS"
 ]
 
 import math
@@ -59,6 +66,7 @@ from dpbook.methods.psac import PSASC
 from dpbook.methods.scenario import Scenario
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads
+from dpbook.sampling import PoissonSampler
 
 
 class NoClipping(DPSGD):
@@ -173,3 +181,14 @@ def audit_broken(kind: str, **options) -> AuditResult:
     checks.one_of("broken control", kind, BROKEN)
     method, cls, scenario = BROKEN[kind]
     return run(cls, scenario, name=method, broken=kind, **options)
+
+
+class FixedSizeBatches(PoissonSampler):
+    """Broken: a shuffled batch of exactly ``round(B)`` examples at every step, while :attr:`q` = B/N is charged."""
+
+    def sample(self) -> torch.Tensor:
+        return torch.randperm(self.N, generator=self.generator)[:round(self.B)].sort().values
+
+
+SAMPLERS: dict[str, type] = {"fixed-size-batches": FixedSizeBatches}
+"""Broken sampler -> its class (constructed as :class:`~dpbook.sampling.PoissonSampler` is)."""

@@ -10,10 +10,21 @@ log grid of canary norms (:data:`NORMS`) in each of these directions:
 - ``"along"`` and ``"against"``: plus and minus the background's sum :math:`\sum_i g_i`, normalised;
 
 and measures the canary's effect on the noisy gradient the optimizer receives, :math:`\lVert\Delta\rVert`, the
-release with the canary minus the release without it. No effect may exceed the declared sensitivity
-(:func:`~dpbook.methods.base.gradient_sensitivity`). :func:`worst_canary` then hands the statistical audit the
-canary of the largest effect; the scenario's own canary is kept unless another is strictly worse, since it also
-saturates the method's other releases (AdaClip's count, DC-SGD's histogram) as its scenario explains.
+release with the canary minus the release without it. A band of norms narrower than the grid's step (a factor
+:math:`10^{0.1} = 1.26`) can lie between two of its points, so the sweep then looks between them:
+
+- around every strict local maximum of the grid's effect, :data:`REFINE` norms between its two neighbours, in its
+  direction (where a peak's top lies between grid points);
+- at ``random_norms`` norms (:data:`RANDOM_NORMS` by default) drawn log-uniformly over the grid's range from the
+  audit's seed, in the declared direction: a band :math:`w` decades wide, wherever it lies, holds one of 1,024 of
+  them with probability :math:`1 - (1 - w/13)^{1024}` (:func:`band_probability`), 99.8 % for a band of 0.076
+  decades (a factor 1.19) and 55 % for one of 0.01 decades; the grid alone is sure to see a band at least 0.1
+  decades wide.
+
+No effect may exceed the declared sensitivity (:func:`~dpbook.methods.base.gradient_sensitivity`).
+:func:`worst_canary` then hands the statistical audit the canary of the largest effect; the scenario's own canary is
+kept unless another is strictly worse, since it also saturates the method's other releases (AdaClip's count,
+DC-SGD's histogram) as its scenario explains.
 
     >>> from dpbook.methods import METHODS
     >>> s = sweep(METHODS["psasc"], METHODS["psasc"].declaration.audit)
@@ -23,7 +34,8 @@ saturates the method's other releases (AdaClip's count, DC-SGD's histogram) as i
 
 from __future__ import annotations
 
-__all__ = ["NORMS", "Sweep", "directions", "sweep", "worst_canary"]
+__all__ = ["NORMS", "REFINE", "RANDOM_NORMS", "Sweep", "band_probability", "directions", "canary_effect", "sweep",
+           "worst_canary"]
 
 import dataclasses
 import math
@@ -38,6 +50,23 @@ from dpbook.per_sample import Grads
 
 NORMS = np.logspace(-6, 7, 131)
 """The canary norms swept: 10 per decade from :math:`10^{-6}` to :math:`10^7`."""
+
+REFINE = 16
+"""Norms swept between the two neighbours of each strict local maximum of the grid's effect."""
+
+RANDOM_NORMS = 1024
+"""Norms drawn log-uniformly over the grid's range, anew for each seed, in the declared direction (a sweep's
+default; each costs one noise-free step, about a millisecond)."""
+
+
+def band_probability(decades: float, draws: int = RANDOM_NORMS, span: float = 13.0) -> float:
+    """The probability that one of ``draws`` log-uniform norms over ``span`` decades falls in a given band of norms
+    ``decades`` wide (the sweep's random norms, module docstring).
+
+        >>> round(band_probability(np.log10(1.55 / 1.3)), 3), round(band_probability(0.01), 2)
+        (0.998, 0.55)
+    """
+    return float(1 - (1 - min(decades / span, 1.0)) ** draws)
 
 
 def _unit(grads: Grads) -> Grads:
@@ -58,18 +87,21 @@ def directions(cls: type, scenario: Scenario) -> dict[str, Grads]:
 
 @dataclass(frozen=True)
 class Sweep:
-    """The effect of every canary of the grid, and the worst one."""
+    """The effect of every canary of the grid and between its points, and the worst one."""
 
     norms: np.ndarray
     shifts: dict[str, np.ndarray]  # direction -> the effect at each norm of NORMS
     own_shift: float  # the effect of the scenario's own canary
     sensitivity: float  # declared, of the noisy gradient
-    worst_direction: str  # "scenario" when no canary of the grid beats the scenario's own
+    worst_direction: str  # "scenario" when no canary of the sweep beats the scenario's own
     worst_norm: float
+    between: dict[str, tuple[np.ndarray, np.ndarray]]  # direction -> (norms, effects) between the grid's points
+    seed: int  # of the random norms
 
     @property
     def worst_shift(self) -> float:
-        return max(self.own_shift, *(float(s.max()) for s in self.shifts.values()))
+        return max(self.own_shift, *(float(s.max()) for s in self.shifts.values()),
+                   *(float(s.max()) for _, s in self.between.values() if len(s)))
 
     @property
     def exceeds(self) -> bool:
@@ -77,39 +109,84 @@ class Sweep:
         return self.worst_shift > self.sensitivity * (1 + 1e-9)
 
 
-def _effect(cls: type, scenario: Scenario, bg: Grads, reference: np.ndarray, canary: Grads) -> float:
-    grads = with_canary(bg, canary)
-    play = World([grads], prepared(cls, scenario, grads), canary=True).play(NoNoise())
-    return float(np.linalg.norm(play.releases[0] - reference))
+class _Effects:
+    """The noise-free effect of a canary on one method's release in one scenario (the reference computed once)."""
+
+    def __init__(self, cls: type, scenario: Scenario):
+        self.cls, self.scenario = cls, scenario
+        self.bg = background(scenario.background_norms)
+        base = World([self.bg], prepared(cls, scenario, self.bg), canary=False).play(NoNoise())
+        self.reference, self.sensitivity = base.releases[0], base.sensitivities[0]
+
+    def __call__(self, canary: Grads) -> float:
+        grads = with_canary(self.bg, canary)
+        play = World([grads], prepared(self.cls, self.scenario, grads), canary=True).play(NoNoise(), once=True)
+        return float(np.linalg.norm(play.releases[0] - self.reference))
+
+    def along(self, unit: Grads, norms) -> np.ndarray:
+        return np.array([self([float(r) * d.unsqueeze(0) for d in unit]) for r in norms])
 
 
-def sweep(cls: type, scenario: Scenario, norms: np.ndarray = NORMS) -> Sweep:
-    """The noise-free effect of a canary of every norm of ``norms`` in every direction of :func:`directions`."""
-    bg = background(scenario.background_norms)
-    base = World([bg], prepared(cls, scenario, bg), canary=False).play(NoNoise())
-    reference = base.releases[0]
-    own = scenario.canary(prepared(cls, scenario, bg))
-    own_shift = _effect(cls, scenario, bg, reference, own)
-    shifts = {name: np.array([_effect(cls, scenario, bg, reference, [float(r) * d.unsqueeze(0) for d in unit])
-                              for r in norms])
-              for name, unit in directions(cls, scenario).items()}
+def canary_effect(cls: type, scenario: Scenario, canary: Grads) -> tuple[float, float]:
+    """The noise-free effect of one canary (one tensor per parameter, each of the parameter's shape) on the
+    release of ``cls`` in ``scenario``, and the declared sensitivity it may not exceed.
+
+        >>> from dpbook.methods import METHODS
+        >>> from dpbook.methods.scenario import dirac
+        >>> canary_effect(METHODS["dpsgd"], METHODS["dpsgd"].declaration.audit, [5.0 * u for u in dirac()])
+        (1.0, 1.0)
+    """
+    effects = _Effects(cls, scenario)
+    return effects([c.unsqueeze(0) for c in canary]), effects.sensitivity
+
+
+def _peaks(values: np.ndarray) -> list[int]:
+    """The strict interior local maxima of ``values`` (beyond rounding).
+
+        >>> _peaks(np.array([0.0, 2.0, 1.0, 1.0, 3.0, 3.0, 0.0]))
+        [1]
+    """
+    above = 1 + 1e-9
+    return [i for i in range(1, len(values) - 1)
+            if values[i] > values[i - 1] * above and values[i] > values[i + 1] * above]
+
+
+def sweep(cls: type, scenario: Scenario, norms: np.ndarray = NORMS, seed: int = 0,
+          random_norms: int = RANDOM_NORMS) -> Sweep:
+    """The noise-free effect of a canary of every norm of ``norms`` in every direction of :func:`directions`, then
+    between the grid's points (module docstring), ``random_norms`` norms drawn from ``seed``."""
+    effects = _Effects(cls, scenario)
+    own_shift = effects(scenario.canary(prepared(cls, scenario, effects.bg)))
+    units = directions(cls, scenario)
+    shifts = {name: effects.along(unit, norms) for name, unit in units.items()}
+    logs = np.log10(norms)
+    drawn = 10 ** np.random.default_rng(seed).uniform(logs.min(), logs.max(), random_norms)
+    refined = {name: np.concatenate([np.logspace(logs[i - 1], logs[i + 1], REFINE + 2)[1:-1]
+                                     for i in _peaks(values)] or [np.empty(0)])
+               for name, values in shifts.items()}
+    refined["declared"] = np.concatenate([refined["declared"], drawn])
+    between = {name: (extra, effects.along(units[name], extra)) for name, extra in refined.items()}
     worst, where = own_shift, ("scenario", math.nan)
-    for name, values in shifts.items():
+    candidates = [(name, norms, values) for name, values in shifts.items()]
+    candidates += [(name, extra, values) for name, (extra, values) in between.items() if len(values)]
+    for name, at, values in candidates:
         i = int(np.argmax(values))
         if values[i] > worst * (1 + 1e-6):  # worse than the scenario's own canary (beyond rounding)
-            worst, where = float(values[i]), (name, float(norms[i]))
-    return Sweep(np.asarray(norms), shifts, own_shift, base.sensitivities[0], *where)
+            worst, where = float(values[i]), (name, float(at[i]))
+    return Sweep(np.asarray(norms), shifts, own_shift, effects.sensitivity, *where, between=between, seed=seed)
 
 
-_SWEPT: dict[tuple[type, int], tuple[Scenario, Sweep]] = {}  # (class, id(scenario)) -> (scenario, its sweep)
+_SWEPT: dict[tuple, tuple[Scenario, Sweep]] = {}  # (class, id(scenario), seed, random norms) -> its sweep
 
 
-def worst_canary(cls: type, scenario: Scenario) -> tuple[Scenario, Sweep]:
+def worst_canary(cls: type, scenario: Scenario, seed: int = 0,
+                 random_norms: int = RANDOM_NORMS) -> tuple[Scenario, Sweep]:
     """The scenario with its canary replaced by the worst of the sweep (unchanged when none is worse), and the
-    sweep (noise-free, so computed once per class and scenario: the audits of one and two steps share it)."""
-    key = (cls, id(scenario))
+    sweep (noise-free, so computed once per class, scenario, seed and number of random norms: the audits of one and
+    two steps share it)."""
+    key = (cls, id(scenario), seed, random_norms)
     if key not in _SWEPT or _SWEPT[key][0] is not scenario:
-        _SWEPT[key] = (scenario, sweep(cls, scenario))
+        _SWEPT[key] = (scenario, sweep(cls, scenario, seed=seed, random_norms=random_norms))
     result = _SWEPT[key][1]
     if result.worst_direction == "scenario":
         return scenario, result

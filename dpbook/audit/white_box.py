@@ -4,10 +4,14 @@ through the method's own ``start / accumulate / release / advance``.
 For a method put in the state of its :class:`~dpbook.methods.scenario.Scenario`, the canary is first chosen by the
 sweep of :mod:`dpbook.audit.sweep`: the scenario's own, unless a canary of another norm or direction moves the
 release more. Then ``trials`` plays are drawn on the background batch D and ``trials`` on D' = D plus the canary
-(:mod:`dpbook.audit.worlds`; at sample rate q < 1 the canary joins each step's batch with probability q, Poisson
-sampling). A play of T steps runs one instance of the method, so what it carries from step to step carries over,
-and the canary alternates in sign, +c then -c: a method that reuses or correlates its noise across steps shows it
-(a one-step audit, whose every trial is a first release, cannot see it). Each play is reduced to a *score*:
+(:mod:`dpbook.audit.worlds`; at sample rate q < 1 the canary joins each step's batch when the engine's own sampler,
+:class:`~dpbook.sampling.PoissonSampler` over the background and the canary, puts it there, so that a broken sampler
+is a broken audit). A play of T steps runs one instance of the method, so what it carries from step to step carries
+over: a method that reuses or correlates its noise across steps shows it (a one-step audit, whose every trial is a
+first release, cannot see it). Over T > 1 steps the canary's signs follow every pattern of
+:func:`~dpbook.audit.worlds.sign_patterns` (constant, alternating, one drawn at random), each pattern its own audit
+against the same plays of D, and the worst is reported: noise that cancels itself across steps cancels an
+alternating canary too, and noise that repeats itself hides a constant one. Each play is reduced to a *score*:
 
 1. the features of a play are, at each step :math:`t`, the release's projection :math:`x_t` on the canary's
    noise-free effect :math:`\Delta_t` (the release with the canary minus the release without it, both computed with
@@ -20,14 +24,14 @@ and the canary alternates in sign, +c then -c: a method that reuses or correlate
    the trials only.
 
 :func:`dpbook.audit.statistics.certify` then chooses thresholds on the first half and certifies lower bounds on
-:math:`\varepsilon` and :math:`\mu` on the second half (95 % confidence). They are compared with the claims for these
-T steps: the accountant's :math:`\varepsilon` of the T steps' declared noise multipliers :math:`\sigma_t` at
-:math:`q`, and :math:`\mu = (\sum_t\sigma_t^{-2})^{1/2}`, the composition of Gaussian steps (exact at :math:`q = 1`
-for single Gaussian releases, and an upper bound at :math:`q < 1`, since subsampling only helps). The audit also
-checks the declaration behind both claims: no canary of the sweep may move the noisy gradient by more than its
-declared sensitivity (:func:`~dpbook.methods.base.gradient_sensitivity` of the method's
-:meth:`~dpbook.methods.base.Method.releases`). A method is *flagged* when a lower bound exceeds its claim or an
-effect exceeds the declaration.
+:math:`\varepsilon` and :math:`\mu` on the second half (95 % confidence, shared among the sign patterns). They are
+compared with the claims for these T steps: the accountant's :math:`\varepsilon` of the T steps' declared noise
+multipliers :math:`\sigma_t` at :math:`q`, and :math:`\mu = (\sum_t\sigma_t^{-2})^{1/2}`, the composition of
+Gaussian steps (exact at :math:`q = 1` for single Gaussian releases, and an upper bound at :math:`q < 1`, since
+subsampling only helps). The audit also checks the declaration behind both claims: no canary of the sweep may move
+the noisy gradient by more than its declared sensitivity (:func:`~dpbook.methods.base.gradient_sensitivity` of the
+method's :meth:`~dpbook.methods.base.Method.releases`). A method is *flagged* when a lower bound exceeds its claim
+or an effect exceeds the declaration.
 
     >>> result = audit("dpsgd", trials=2000, seed=0)
     >>> result.mu_claimed, result.mu_lower <= result.mu_claimed, result.flagged
@@ -39,29 +43,33 @@ effect exceeds the declaration.
 
 from __future__ import annotations
 
-__all__ = ["DELTA", "FAST_TRIALS", "AuditResult", "discriminant", "run", "audit"]
+__all__ = ["DELTA", "FAST_TRIALS", "FAST_RANDOM_NORMS", "AuditResult", "discriminant", "run", "audit"]
 
 import math
 import time
 from dataclasses import dataclass, field, fields
 
 import numpy as np
-import torch
 
 from dpbook import accounting, checks
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.audit.statistics import CONFIDENCE, certify
-from dpbook.audit.sweep import worst_canary
-from dpbook.audit.worlds import NoNoise, Play, alternating, worlds
+from dpbook.audit.sweep import RANDOM_NORMS, worst_canary
+from dpbook.audit.worlds import NoNoise, Play, sign_patterns, worlds
 from dpbook.methods import METHODS
 from dpbook.methods.scenario import Scenario
 from dpbook.noise import GaussianNoise
+from dpbook.sampling import PoissonSampler
 
 DELTA = 1e-5
 """The delta of every audited claim (the book's runs use 1e-5)."""
 
 FAST_TRIALS = 2000
 """Trials per world in the test suite's audit (seconds per method)."""
+
+FAST_RANDOM_NORMS = 64
+"""Random canary norms of the sweep in the test suite's audits of methods without a band (each norm costs about a
+millisecond; :data:`~dpbook.audit.sweep.RANDOM_NORMS` by default)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class AuditResult:
     sensitivity: float  # declared, of the first step's noisy gradient
     shift: float  # the largest noise-free effect of a canary of the sweep on the first step's noisy gradient
     canary: str  # the canary audited: the scenario's, or the sweep's worse one
+    signs: tuple[int, ...]  # the canary's sign at each step, of the worst pattern audited
     epsilon_claimed: float
     epsilon_lower: float
     mu_claimed: float
@@ -98,7 +107,7 @@ class AuditResult:
     def to_dict(self) -> dict:
         """The record of a result file: every field but the scores, and the verdict."""
         record = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "scores"}
-        return {**record, "features": list(self.features), "flagged": self.flagged}
+        return {**record, "features": list(self.features), "signs": list(self.signs), "flagged": self.flagged}
 
 
 def _moved_keys(without: dict, with_canary: dict) -> list[str]:
@@ -158,14 +167,33 @@ def _claims(sigmas: list[float], q: float, delta: float, accountant: str) -> tup
     return epsilon, mu
 
 
+def _memberships(sampler: type, n_background: int, q: float, trials: int, steps: int, seed: int) -> list | None:
+    """Whether the canary is in each step's batch of each trial, as ``sampler`` (the engine's class) draws batches
+    from the background and the canary (the last example) at rate q; None at q = 1 (always)."""
+    if q == 1:
+        return None
+    N = n_background + 1
+    draw = sampler(N=N, expected_batch_size=q * N, seed=seed)
+    return [[bool((draw.sample() == N - 1).any()) for _ in range(steps)] for _ in range(trials)]
+
+
+def _excess(certificate, epsilon_claimed: float, mu_claimed: float) -> float:
+    """How far a certificate's bounds go past the claims (the larger of the two ratios): the worst pattern's."""
+    return max(certificate.epsilon / epsilon_claimed if epsilon_claimed > 0 else math.inf * certificate.epsilon,
+               certificate.mu / mu_claimed if mu_claimed > 0 else math.inf * certificate.mu)
+
+
 def run(cls: type, scenario: Scenario, *, name: str, broken: str | None = None, trials: int = FAST_TRIALS,
         sample_rate: float = 1.0, steps: int = 1, delta: float = DELTA, accountant: str = "rdp", seed: int = 0,
-        confidence: float = CONFIDENCE) -> AuditResult:
+        confidence: float = CONFIDENCE, sampler: type = PoissonSampler,
+        random_norms: int = RANDOM_NORMS) -> AuditResult:
     """The audit of T = ``steps`` consecutive steps of one method class in one scenario (module docstring);
     :func:`audit` picks them by name.
 
-    ``confidence`` is that of the two lower bounds together; an audit of k methods at once gives each
-    ``1 - (1 - confidence) / k`` so that all its bounds hold together (:mod:`dpbook.audit.__main__`)."""
+    ``confidence`` is that of the two lower bounds together, over every sign pattern; an audit of k methods at once
+    gives each ``1 - (1 - confidence) / k`` so that all its bounds hold together (:mod:`dpbook.audit.__main__`).
+    ``sampler`` draws the canary's membership at q < 1 (the engine's :class:`~dpbook.sampling.PoissonSampler`);
+    ``random_norms`` is the sweep's number of random canary norms (:func:`~dpbook.audit.sweep.sweep`)."""
     trials = checks.integer("trials (plays per world)", trials, minimum=4)
     q = checks.rate("sample_rate", sample_rate)
     steps = checks.integer("steps", steps, minimum=1)
@@ -176,32 +204,40 @@ def run(cls: type, scenario: Scenario, *, name: str, broken: str | None = None, 
         raise ValueError(f"{name!r} is full-batch (every step holds the whole training set): audit it at "
                          f"sample rate 1, not {q!r}")
     start = time.perf_counter()
-    audited, swept = worst_canary(cls, scenario)
-    without, with_canary = worlds(cls, audited, alternating(steps))
+    audited, swept = worst_canary(cls, scenario, seed, checks.integer("random_norms", random_norms, minimum=0))
+    patterns = sign_patterns(steps, seed)
+    without = worlds(cls, audited, patterns[0])[0]  # D: the background at every step, whatever the canary's signs
     quiet0 = without.play(NoNoise())
-    features = _Features(quiet0, with_canary.play(NoNoise()))
+    epsilon_claimed, mu_claimed = _claims(quiet0.noise_multipliers, q, delta, accountant)
 
     noise = GaussianNoise(seed)
-    coin = torch.Generator().manual_seed(seed + 1)
-    x0 = np.array([features(without.play(noise)) for _ in range(trials)])
-    present = (torch.rand(trials, steps, generator=coin) < q).tolist()
-    x1 = np.array([features(with_canary.play(noise, inside)) for inside in present])
-    half = trials // 2
-    w = discriminant(x0[:half], x1[:half])
-    certificate = certify(x0 @ w, x1 @ w, delta=delta, confidence=confidence)
-    epsilon_claimed, mu_claimed = _claims(quiet0.noise_multipliers, q, delta, accountant)
+    plays0 = [without.play(noise) for _ in range(trials)]
+    present = _memberships(sampler, without.n_background, q, trials, steps, seed + 1)
+    half, each = trials // 2, 1 - (1 - confidence) / len(patterns)
+    worst = None
+    for signs in patterns:
+        with_canary = worlds(cls, audited, signs)[1]
+        features = _Features(quiet0, with_canary.play(NoNoise()))
+        x0 = np.array([features(play) for play in plays0])
+        x1 = np.array([features(with_canary.play(noise, None if present is None else inside))
+                       for inside in (present or [None] * trials)])
+        w = discriminant(x0[:half], x1[:half])
+        certificate = certify(x0 @ w, x1 @ w, delta=delta, confidence=each)
+        if worst is None or _excess(certificate, epsilon_claimed, mu_claimed) > worst[0]:
+            worst = (_excess(certificate, epsilon_claimed, mu_claimed), certificate, signs, features, x0 @ w, x1 @ w)
+    _, certificate, signs, features, scores0, scores1 = worst
     canary = ("the scenario's" if swept.worst_direction == "scenario"
               else f"norm {swept.worst_norm:.3g}, {swept.worst_direction}")
     return AuditResult(
         method=name, broken=broken, trials=trials, sample_rate=q, steps=steps, delta=delta, accountant=accountant,
         noise_multiplier=quiet0.noise_multipliers[0], sensitivity=swept.sensitivity, shift=swept.worst_shift,
-        canary=canary, epsilon_claimed=epsilon_claimed, epsilon_lower=certificate.epsilon, mu_claimed=mu_claimed,
-        mu_lower=certificate.mu, confidence=confidence, features=tuple(features.names),
-        seconds=time.perf_counter() - start, state=scenario.state, scores=(x0 @ w, x1 @ w))
+        canary=canary, signs=signs, epsilon_claimed=epsilon_claimed, epsilon_lower=certificate.epsilon,
+        mu_claimed=mu_claimed, mu_lower=certificate.mu, confidence=confidence, features=tuple(features.names),
+        seconds=time.perf_counter() - start, state=scenario.state, scores=(scores0, scores1))
 
 
 def audit(method: str, **options) -> AuditResult:
     """The white-box audit of the registered method ``method`` in its scenario (:data:`SCENARIOS`); ``options`` are
-    :func:`run`'s (trials, sample_rate, steps, delta, accountant, seed, confidence)."""
+    :func:`run`'s (trials, sample_rate, steps, delta, accountant, seed, confidence, random_norms)."""
     checks.one_of("method", method, METHODS)
     return run(METHODS[method], SCENARIOS[method], name=method, **options)

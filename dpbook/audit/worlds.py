@@ -5,8 +5,9 @@ advance``.
 One *play* starts from a copy of the prepared method and runs T consecutive steps of that one instance: whatever
 the method carries from step to step (its thresholds, its momenta, and any noise it wrongly keeps) carries over,
 as in training. The canary may change across steps: at step :math:`t` its gradient is :math:`s_t c` for the
-scenario's canary :math:`c` and a sign :math:`s_t` of ``signs`` (+1, -1, +1, ... by default: "+c then -c"; 0 is an
-example that is present with a zero gradient). The background is the same at every step.
+scenario's canary :math:`c` and a sign :math:`s_t` of ``signs`` (0 is an example that is present with a zero
+gradient). The audit plays every pattern of :func:`sign_patterns`: noise that a method correlates across steps
+cancels against a canary of one pattern and shows against another. The background is the same at every step.
 
     >>> from dpbook.methods import METHODS
     >>> D, D1 = worlds(METHODS["dpsgd"], METHODS["dpsgd"].declaration.audit, signs=(1, -1))
@@ -17,7 +18,7 @@ example that is present with a zero gradient). The background is the same at eve
 
 from __future__ import annotations
 
-__all__ = ["NoNoise", "Play", "World", "alternating", "prepared", "with_canary", "worlds"]
+__all__ = ["NoNoise", "Play", "World", "alternating", "sign_patterns", "prepared", "with_canary", "worlds"]
 
 import copy
 from dataclasses import dataclass
@@ -48,6 +49,27 @@ def alternating(steps: int) -> tuple[int, ...]:
     return tuple((-1) ** t for t in range(steps))
 
 
+def sign_patterns(steps: int, seed: int = 0) -> list[tuple[int, ...]]:
+    """The canary's signs audited over ``steps`` steps: constant (+c at every step), alternating (+c, -c, ...) and
+    one pattern drawn at random from ``seed``; each up to the sign of the whole (its first sign is +1: the noise is
+    symmetric), repeats dropped. Noise that cancels itself across steps (the next step adds minus this one's draw)
+    cancels an alternating canary too but not a constant one; noise that repeats itself hides a constant canary's
+    steps from each other but not an alternating one's.
+
+        >>> sign_patterns(1), sign_patterns(2)
+        ([(1,)], [(1, 1), (1, -1)])
+        >>> sign_patterns(4, seed=0)
+        [(1, 1, 1, 1), (1, -1, 1, -1), (1, 1, 1, -1)]
+    """
+    drawn = np.random.default_rng(seed).choice([-1, 1], size=steps)
+    out = []
+    for pattern in ((1,) * steps, alternating(steps), tuple(int(s) for s in drawn)):
+        pattern = tuple(s * pattern[0] for s in pattern)
+        if pattern not in out:
+            out.append(pattern)
+    return out
+
+
 @dataclass(frozen=True)
 class Play:
     """What T steps released: the flat noisy sum and the released diagnostics of each step, and what each step
@@ -71,10 +93,11 @@ class World:
     def n_background(self) -> int:
         return len(self.steps[0][0]) - int(self.canary)
 
-    def play(self, noise: GaussianNoise, present: Sequence[bool] | None = None) -> Play:
+    def play(self, noise: GaussianNoise, present: Sequence[bool] | None = None, *, once: bool = False) -> Play:
         """T consecutive steps of one copy of the prepared method. ``present[t]`` says whether the canary is in
-        step t's batch (Poisson sampling; always, by default); without it the batch is the background."""
-        method = copy.deepcopy(self.method)
+        step t's batch (Poisson sampling; always, by default); without it the batch is the background. ``once``:
+        the world is played this once, so its method itself plays (no copy)."""
+        method = self.method if once else copy.deepcopy(self.method)
         out = Play([], [], [], [])
         for t, grads in enumerate(self.steps):
             inside = self.canary and (present is None or present[t])

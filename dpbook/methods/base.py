@@ -46,6 +46,7 @@ __all__ = [
 
 import abc
 import copy
+import functools
 import inspect
 import math
 from dataclasses import dataclass
@@ -204,6 +205,12 @@ def restored(current: list[torch.Tensor], saved: Sequence[torch.Tensor]) -> list
     return current
 
 
+@functools.lru_cache(maxsize=None)
+def _signature(cls: type) -> inspect.Signature:
+    """The constructor's signature of a method class, read once (every copy of a method calls ``__new__``)."""
+    return inspect.signature(cls.__init__)
+
+
 class Method(abc.ABC):
     """Base class of every private-step method (see the module docstring for the protocol)."""
 
@@ -224,7 +231,7 @@ class Method(abc.ABC):
         fingerprint holds every one, so a run resumed with another value is refused."""
         self = super().__new__(cls)
         try:
-            bound = inspect.signature(cls.__init__).bind(self, *args, **kwargs)
+            bound = _signature(cls).bind(self, *args, **kwargs)
         except TypeError:  # __init__ raises the same error; copy and pickle call __new__ without arguments
             return self
         bound.apply_defaults()
