@@ -17,12 +17,12 @@ from scipy import stats
 from dpbook import accounting
 from dpbook.audit import statistics, white_box
 from dpbook.audit.__main__ import main as audit_main
-from dpbook.audit.broken import BROKEN, SAMPLERS, CorrelatedNoise, audit_broken
+from dpbook.audit.broken import BROKEN, SAMPLERS, audit_broken
 from dpbook.audit.one_run import WithCanaries, ceiling, dirac_canaries, one_run_audit, quiet_coordinates
 from dpbook.audit.parallel import records
 from dpbook.audit.sampling import poisson_test
 from dpbook.audit.scenarios import SCENARIOS
-from dpbook.audit.sweep import band_probability, canary_effect, sweep
+from dpbook.audit.sweep import RANDOM_NORMS, band_probability, canary_effect, sweep
 from dpbook.audit.white_box import FAST_RANDOM_NORMS, FAST_TRIALS, audit
 from dpbook.data import load_digits
 from dpbook.methods import METHODS
@@ -35,7 +35,9 @@ from dpbook.train import Trainer
 
 REQUIRED = {"method", "broken", "steps", "trials", "delta", "epsilon_claimed", "epsilon_lower", "mu_claimed",
             "mu_lower"}
-ACROSS_STEPS = {"reused-noise", "correlated-noise"}  # the controls that only an audit of several steps can see
+# the controls that only an audit of several steps can see
+ACROSS_STEPS = {"reused-noise", "correlated-noise", "anti-correlated-noise"}
+BETWEEN_NORMS = {"narrow-band"}  # the controls that only the sweep's random norms can see
 
 
 # --- statistics -------------------------------------------------------------------------------------------------
@@ -140,14 +142,6 @@ def test_the_sweep_finds_what_a_fixed_canary_misses(kind, own, direction, norms)
     assert result.worst_direction == direction and norms[0] <= result.worst_norm <= norms[1]
 
 
-class _NarrowBand(DPSGD):
-    """DP-SGD whose weights are doubled for norms in [1.3, 1.55]: a band between two norms of the grid (1.26, 1.58)."""
-
-    def weights(self, norms):
-        w = super().weights(norms)
-        return torch.where((norms >= 1.3) & (norms <= 1.55), 2 * w, w)
-
-
 class _Peak(DPSGD):
     """DP-SGD whose contribution rises to 2C at norm 1.4 and falls back within 0.15 decades: a peak whose top lies
     between two norms of the grid."""
@@ -158,9 +152,9 @@ class _Peak(DPSGD):
 
 
 def test_the_random_norms_find_a_band_between_the_grids_norms():
-    dpsgd = SCENARIOS["dpsgd"]
-    assert not sweep(_NarrowBand, dpsgd, random_norms=0).exceeds  # the grid alone steps over the band
-    result = sweep(_NarrowBand, dpsgd)
+    _, narrow, dpsgd = BROKEN["narrow-band"]
+    assert not sweep(narrow, dpsgd, random_norms=0).exceeds  # the grid alone steps over the band
+    result = sweep(narrow, dpsgd)
     assert result.exceeds and result.worst_direction == "declared" and 1.3 <= result.worst_norm <= 1.55
     assert band_probability(math.log10(1.55 / 1.3)) > 0.99  # what the chapter says of such a band
 
@@ -189,27 +183,28 @@ def test_no_canary_of_any_norm_or_direction_exceeds_the_declared_sensitivity(nam
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_broken_control_is_flagged(kind):
-    result = audit_broken(kind, trials=FAST_TRIALS // 2, steps=2, random_norms=FAST_RANDOM_NORMS)
-    assert result.flagged and result.mu_lower > result.mu_claimed, result
+    result = audit_broken(kind, trials=FAST_TRIALS // 2, steps=2, random_norms=_norms(kind))
+    if kind in BETWEEN_NORMS:  # its noise is DP-SGD's: the effect above the declared sensitivity flags it
+        assert result.flagged and result.shift > result.sensitivity and "declared" in result.canary, result
+    else:
+        assert result.flagged and result.mu_lower > result.mu_claimed, result
     assert result.method == BROKEN[kind][0] and result.broken == kind
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_one_step_audit_is_blind_to_noise_across_steps_only(kind):
-    result = audit_broken(kind, trials=FAST_TRIALS, random_norms=FAST_RANDOM_NORMS)
+    result = audit_broken(kind, trials=FAST_TRIALS, random_norms=_norms(kind))
     assert result.flagged == (kind not in ACROSS_STEPS), result
 
 
-class _AntiCorrelated(CorrelatedNoise):
-    """DP-SGD whose second step adds minus the first step's noise: each step's noise right, their sum none."""
-
-    rho = -1.0
+def _norms(kind: str) -> int:
+    """The sweep's random norms for a control: all of them where only they see it, a few elsewhere."""
+    return RANDOM_NORMS if kind in BETWEEN_NORMS else FAST_RANDOM_NORMS
 
 
 def test_every_sign_pattern_is_audited_and_the_worst_reported():
-    anti = white_box.run(_AntiCorrelated, SCENARIOS["dpsgd"], name="dpsgd", trials=FAST_TRIALS // 2, steps=2,
-                         random_norms=FAST_RANDOM_NORMS)
+    anti = audit_broken("anti-correlated-noise", trials=FAST_TRIALS // 2, steps=2, random_norms=FAST_RANDOM_NORMS)
     assert anti.flagged and anti.signs == (1, 1)  # the alternating canary cancels with the noise; the constant not
     reused = audit_broken("reused-noise", trials=FAST_TRIALS // 2, steps=2, random_norms=FAST_RANDOM_NORMS)
     assert reused.flagged and reused.signs == (1, -1)
@@ -265,7 +260,7 @@ def _cli(*args, cwd=None):
                           cwd=cwd)
 
 
-FEW_NORMS = ["--random-norms", str(FAST_RANDOM_NORMS)]  # the sweep's random canary norms (no control has a band)
+FEW_NORMS = ["--random-norms", str(FAST_RANDOM_NORMS)]  # the sweep's random canary norms, where no band is audited
 
 
 def test_cli_audits_a_method_over_one_and_two_steps_and_exits_zero(capsys):
@@ -282,8 +277,7 @@ def test_cli_flags_a_control_of_noise_across_steps_from_the_first_command(capsys
 
 
 def test_cli_audits_every_control_on_the_method_it_breaks(capsys):
-    args = ["--method", "dpsgd", "--broken", "all", "--trials", "200", "--steps", "2", "--json", "--jobs", "1",
-            *FEW_NORMS]
+    args = ["--method", "dpsgd", "--broken", "all", "--trials", "200", "--steps", "2", "--json", "--jobs", "1"]
     assert audit_main(args) == 1
     captured = capsys.readouterr()
     records = json.loads(captured.out)

@@ -1,4 +1,4 @@
-r"""Broken controls: eight deliberately wrong methods that the audit must flag, and a wrong sampler that the sampler's
+r"""Broken controls: ten deliberately wrong methods that the audit must flag, and a wrong sampler that the sampler's
 test must flag, registered here and nowhere else.
 
 Each keeps the declarations of the correct method (what the accountant is told) and breaks what it releases, the
@@ -37,6 +37,13 @@ way real implementations have been broken:
     DP-SGD whose noise is an AR(1) sequence across steps, :math:`n_t = \rho n_{t-1} + \sqrt{1 - \rho^2}z_t` with
     :math:`\rho = 0.9`: each step's noise has the declared std, but the steps are not independent, as the
     composition assumes.
+``anti-correlated-noise``
+    DP-SGD whose every later step adds minus the previous step's draw (:math:`\rho = -1`): each step's noise
+    right, two consecutive steps' sum none. It cancels against a canary of constant sign and hides behind an
+    alternating one, so only the constant pattern of :func:`~dpbook.audit.worlds.sign_patterns` sees it.
+``narrow-band``
+    DP-SGD whose weights are doubled for :math:`\lVert g\rVert \in [1.3, 1.55]`: a band between two norms of the
+    sweep's grid (1.26 and 1.58), which only the sweep's random norms can hit.
 
 And the sampler (:data:`SAMPLERS`, tested by :func:`dpbook.audit.sampling.poisson_test`):
 
@@ -49,7 +56,8 @@ from __future__ import annotations
 
 __all__ = [
     "NoClipping", "HalfNoise", "RealisedBatchAdaClip", "DataDependentNoise", "ClippedSum", "BandWeights",
-    "CorrelatedNoise", "ReusedNoise", "BROKEN", "audit_broken", "FixedSizeBatches", "SAMPLERS"
+    "CorrelatedNoise", "ReusedNoise", "AntiCorrelatedNoise", "NarrowBand", "BROKEN", "audit_broken",
+    "FixedSizeBatches", "SAMPLERS"
 ]
 
 import math
@@ -149,9 +157,23 @@ class CorrelatedNoise(DPSGD):
 
 
 class ReusedNoise(CorrelatedNoise):
-    """Broken: the first step's noise added again at every later step (:math:`\rho = 1`)."""
+    r"""Broken: the first step's noise added again at every later step (:math:`\rho = 1`)."""
 
     rho = 1.0
+
+
+class AntiCorrelatedNoise(CorrelatedNoise):
+    r"""Broken: minus the previous step's noise added at every later step (:math:`\rho = -1`)."""
+
+    rho = -1.0
+
+
+class NarrowBand(DPSGD):
+    r"""Broken: DP-SGD's weight doubled for :math:`1.3 \le \lVert g\rVert \le 1.55`."""
+
+    def weights(self, norms: torch.Tensor) -> torch.Tensor:
+        w = super().weights(norms)
+        return torch.where((norms >= 1.3) & (norms <= 1.55), 2 * w, w)
 
 
 _DPSGD = SCENARIOS["dpsgd"]
@@ -168,6 +190,8 @@ BROKEN: dict[str, tuple[str, type, Scenario]] = {
     "band-weights": ("psasc", BandWeights, SCENARIOS["psasc"]),
     "reused-noise": ("dpsgd", ReusedNoise, _DPSGD),
     "correlated-noise": ("dpsgd", CorrelatedNoise, _DPSGD),
+    "anti-correlated-noise": ("dpsgd", AntiCorrelatedNoise, _DPSGD),
+    "narrow-band": ("dpsgd", NarrowBand, _DPSGD),
 }
 """Broken control -> (the registered method it breaks, its class, its scenario)."""
 

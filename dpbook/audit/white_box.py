@@ -167,20 +167,28 @@ def _claims(sigmas: list[float], q: float, delta: float, accountant: str) -> tup
     return epsilon, mu
 
 
-def _memberships(sampler: type, n_background: int, q: float, trials: int, steps: int, seed: int) -> list | None:
+def _memberships(sampler: type, n_background: int, q: float, trials: int, steps: int, seed: int) -> list:
     """Whether the canary is in each step's batch of each trial, as ``sampler`` (the engine's class) draws batches
-    from the background and the canary (the last example) at rate q; None at q = 1 (always)."""
+    from the background and the canary (the last example) at rate q; at q = 1, None for each trial (always in)."""
     if q == 1:
-        return None
+        return [None] * trials
     N = n_background + 1
     draw = sampler(N=N, expected_batch_size=q * N, seed=seed)
     return [[bool((draw.sample() == N - 1).any()) for _ in range(steps)] for _ in range(trials)]
 
 
 def _excess(certificate, epsilon_claimed: float, mu_claimed: float) -> float:
-    """How far a certificate's bounds go past the claims (the larger of the two ratios): the worst pattern's."""
-    return max(certificate.epsilon / epsilon_claimed if epsilon_claimed > 0 else math.inf * certificate.epsilon,
-               certificate.mu / mu_claimed if mu_claimed > 0 else math.inf * certificate.mu)
+    """How far a certificate's bounds go past the claims, the larger of the two ratios (a bound above a claim of 0
+    is infinitely far): the worst pattern is the one of the largest.
+
+        >>> from dpbook.audit.statistics import Certificate
+        >>> bounds = Certificate(epsilon=2.0, mu=0.5, epsilon_threshold=0, mu_threshold=0, confidence=0.95, held_out=9)
+        >>> _excess(bounds, 4.0, 1.0), _excess(bounds, 0.0, 0.0)
+        (0.5, inf)
+    """
+    def ratio(lower: float, claimed: float) -> float:
+        return lower / claimed if claimed > 0 else math.inf if lower > 0 else 0.0
+    return max(ratio(certificate.epsilon, epsilon_claimed), ratio(certificate.mu, mu_claimed))
 
 
 def run(cls: type, scenario: Scenario, *, name: str, broken: str | None = None, trials: int = FAST_TRIALS,
@@ -219,12 +227,12 @@ def run(cls: type, scenario: Scenario, *, name: str, broken: str | None = None, 
         with_canary = worlds(cls, audited, signs)[1]
         features = _Features(quiet0, with_canary.play(NoNoise()))
         x0 = np.array([features(play) for play in plays0])
-        x1 = np.array([features(with_canary.play(noise, None if present is None else inside))
-                       for inside in (present or [None] * trials)])
+        x1 = np.array([features(with_canary.play(noise, inside)) for inside in present])
         w = discriminant(x0[:half], x1[:half])
         certificate = certify(x0 @ w, x1 @ w, delta=delta, confidence=each)
-        if worst is None or _excess(certificate, epsilon_claimed, mu_claimed) > worst[0]:
-            worst = (_excess(certificate, epsilon_claimed, mu_claimed), certificate, signs, features, x0 @ w, x1 @ w)
+        excess = _excess(certificate, epsilon_claimed, mu_claimed)
+        if worst is None or excess > worst[0]:
+            worst = (excess, certificate, signs, features, x0 @ w, x1 @ w)
     _, certificate, signs, features, scores0, scores1 = worst
     canary = ("the scenario's" if swept.worst_direction == "scenario"
               else f"norm {swept.worst_norm:.3g}, {swept.worst_direction}")

@@ -119,8 +119,8 @@ def measure(run: Prepared, steps: int, warmup: int = 1) -> dict:
 
 def sample(chapter: Chapter) -> list[Hashable]:
     """The first selected cell of every distinct (dataset, model, method), and of every reason a cell cannot be
-    specified (NAMES without its files): the suite's dry run (a cell that waits for another's grid is taken at that
-    grid's first point)."""
+    specified (NAMES without its files): ``--sample`` (a cell that waits for another's grid is taken at that grid's
+    first point). The suite dry-runs the part of it that covers every dataset, model, method and table."""
     chapter.assume_first = True
     firsts = {}
     for cell in chapter.selected:
