@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
                         help="the seed of the noise, the sampler, the random canary norms and the random sign pattern")
     parser.add_argument("--random-norms", type=checks.integers(0, "random canary norms of the sweep"),
                         default=RANDOM_NORMS, help="canary norms the sweep draws at random between its grid's "
-                        "points (default %(default)s: one falls in a band of norms 0.076 decades wide with "
+                        "points (default %(default)s: then one falls in a band of norms 0.076 decades wide with "
                         f"probability {band_probability(0.076):.3f})")
     parser.add_argument("--jobs", type=checks.integers(1, "audits at once"), default=max(1, os.cpu_count() or 1),
                         help="audits at once, one process each (default: the CPU count); the results do not depend "

@@ -21,9 +21,12 @@ p-values:
     batch is a valid step, and a sampler that never draws one is not Poisson);
 ``across steps``
     example :math:`i` at step :math:`t` against example :math:`i` at step :math:`t + 1`, every :math:`i` and
-    :math:`t`: the chi-square test of independence of the 2 x 2 table;
+    :math:`t`: the chi-square test of independence of the 2 x 2 table (Fisher's exact test where a cell expects
+    fewer than 5 counts, at small :math:`q`);
 ``across examples``
     example :math:`i` against example :math:`i + 1` at the same step, likewise.
+
+The chi-square p-values are asymptotic, which the bins and cells expecting at least 5 counts keep close.
 
 The sampler is *flagged* when a p-value is below :data:`ALPHA` divided by their number (Bonferroni: a correct
 sampler is flagged with probability at most :data:`ALPHA`).
@@ -101,16 +104,21 @@ def _sizes_p(sizes: np.ndarray, N: int, q: float) -> float:
 
 
 def _independence_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Chi-square test of independence of two boolean samples (1 when either is constant: nothing to test)."""
+    """Test of independence of two boolean samples: chi-square, or Fisher's exact test where a cell of the 2 x 2
+    table expects fewer than 5 counts (1 when either sample is constant: nothing to test)."""
     table = np.array([[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]])
     if (table.sum(0) == 0).any() or (table.sum(1) == 0).any():
         return 1.0
+    expected = np.outer(table.sum(1), table.sum(0)) / table.sum()
+    if expected.min() < 5:
+        return float(stats.fisher_exact(table).pvalue)
     return float(stats.chi2_contingency(table, correction=False).pvalue)
 
 
 def poisson_test(sampler, draws: int = 4000, alpha: float = ALPHA) -> SamplerTest:
     """Draw ``draws`` batches from ``sampler`` (anything with ``N``, ``q`` and ``sample()`` returning the indices of
-    one batch, as :class:`dpbook.sampling.PoissonSampler`) and test them (module docstring)."""
+    one batch, as :class:`dpbook.sampling.PoissonSampler`; its generator advances as in training) and test them
+    (module docstring)."""
     draws = checks.integer("draws", draws, minimum=2)
     alpha = checks.open_unit("alpha", alpha)
     N, q = int(sampler.N), float(sampler.q)

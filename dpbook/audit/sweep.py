@@ -16,10 +16,10 @@ release with the canary minus the release without it. A band of norms narrower t
 - around every strict local maximum of the grid's effect, :data:`REFINE` norms between its two neighbours, in its
   direction (where a peak's top lies between grid points);
 - at ``random_norms`` norms (:data:`RANDOM_NORMS` by default) drawn log-uniformly over the grid's range from the
-  audit's seed, in the declared direction: a band :math:`w` decades wide, wherever it lies, holds one of 1,024 of
-  them with probability :math:`1 - (1 - w/13)^{1024}` (:func:`band_probability`), 99.8 % for a band of 0.076
-  decades (a factor 1.19) and 55 % for one of 0.01 decades; the grid alone is sure to see a band at least 0.1
-  decades wide.
+  audit's seed, in the declared direction: a band :math:`w` decades wide, wherever it lies inside the grid's range,
+  holds one of 1,024 of them with probability :math:`1 - (1 - w/13)^{1024}` (:func:`band_probability`), 99.8 % for a
+  band of 0.076 decades (a factor 1.19) and 55 % for one of 0.01 decades; the grid alone is sure to see a band at
+  least 0.1 decades wide.
 
 No effect may exceed the declared sensitivity (:func:`~dpbook.methods.base.gradient_sensitivity`).
 :func:`worst_canary` then hands the statistical audit the canary of the largest effect; the scenario's own canary is

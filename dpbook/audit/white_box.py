@@ -5,13 +5,15 @@ For a method put in the state of its :class:`~dpbook.methods.scenario.Scenario`,
 sweep of :mod:`dpbook.audit.sweep`: the scenario's own, unless a canary of another norm or direction moves the
 release more. Then ``trials`` plays are drawn on the background batch D and ``trials`` on D' = D plus the canary
 (:mod:`dpbook.audit.worlds`; at sample rate q < 1 the canary joins each step's batch when the engine's own sampler,
-:class:`~dpbook.sampling.PoissonSampler` over the background and the canary, puts it there, so that a broken sampler
-is a broken audit). A play of T steps runs one instance of the method, so what it carries from step to step carries
-over: a method that reuses or correlates its noise across steps shows it (a one-step audit, whose every trial is a
-first release, cannot see it). Over T > 1 steps the canary's signs follow every pattern of
+:class:`~dpbook.sampling.PoissonSampler` over the background and the canary, puts it there: a sampler that drew it
+at another rate would show; one that breaks only the independence between examples, as fixed-size batches do, is
+:mod:`dpbook.audit.sampling`'s to catch). A play of T steps runs one instance of the method, so what it carries from
+step to step carries over: a method that reuses or correlates its noise across steps shows it (a one-step audit,
+whose every trial is a first release, cannot see it). Over T > 1 steps the canary's signs follow every pattern of
 :func:`~dpbook.audit.worlds.sign_patterns` (constant, alternating, one drawn at random), each pattern its own audit
-against the same plays of D, and the worst is reported: noise that cancels itself across steps cancels an
-alternating canary too, and noise that repeats itself hides a constant one. Each play is reduced to a *score*:
+against the same plays of D, and the worst is reported (both bounds of the pattern that goes furthest past its
+claims): noise that cancels itself across steps shows against a constant canary only, and noise that repeats
+itself against an alternating one only. Each play is reduced to a *score*:
 
 1. the features of a play are, at each step :math:`t`, the release's projection :math:`x_t` on the canary's
    noise-free effect :math:`\Delta_t` (the release with the canary minus the release without it, both computed with

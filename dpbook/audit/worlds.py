@@ -50,11 +50,11 @@ def alternating(steps: int) -> tuple[int, ...]:
 
 
 def sign_patterns(steps: int, seed: int = 0) -> list[tuple[int, ...]]:
-    """The canary's signs audited over ``steps`` steps: constant (+c at every step), alternating (+c, -c, ...) and
-    one pattern drawn at random from ``seed``; each up to the sign of the whole (its first sign is +1: the noise is
-    symmetric), repeats dropped. Noise that cancels itself across steps (the next step adds minus this one's draw)
-    cancels an alternating canary too but not a constant one; noise that repeats itself hides a constant canary's
-    steps from each other but not an alternating one's.
+    """The canary's signs audited over ``steps`` steps: constant (+c at every step), alternating (+c, -c, ...) and one
+    pattern drawn at random from ``seed``; each with its first sign +1 (the first step's canary is the sweep's
+    worst, so the patterns differ in the later steps' signs relative to it), repeats dropped. Noise that cancels
+    itself across steps (the next step adds minus this one's draw) shows against a constant canary, not an
+    alternating one; noise that repeats itself shows against an alternating canary, not a constant one.
 
         >>> sign_patterns(1), sign_patterns(2)
         ([(1,)], [(1, 1), (1, -1)])

@@ -48,6 +48,7 @@ import json
 import math
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -172,10 +173,10 @@ def _method_hyperparameters(method: str, hyperparameters: Mapping[str, Any]) -> 
 
 
 @functools.lru_cache(maxsize=None)
-def _declared(cls: type) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _declared(cls: type) -> tuple[Mapping[str, Any], tuple[str, ...]]:
     """A method class's hyperparameters as its constructor and its ``from_plan`` declare them: their types, and the
     names accepted. Read once per class: every Experiment checks against them, and so does each of its copies."""
-    declared = {**_annotations(cls.__init__), **_annotations(cls.from_plan)}
+    declared = types.MappingProxyType({**_annotations(cls.__init__), **_annotations(cls.from_plan)})
     accepted = (*hyperparameter_names(cls), *(p.name for p in inspect.signature(cls.from_plan).parameters.values()
                                                if p.kind == p.KEYWORD_ONLY))
     return declared, accepted
