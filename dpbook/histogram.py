@@ -62,7 +62,9 @@ def build_histogram(norms, R: float, b: int) -> torch.Tensor:
 
 
 def noisy_histogram(H: torch.Tensor, sigma_H: float, noise: GaussianNoise) -> torch.Tensor:
-    r""":math:`\tilde H = H + \mathcal N(0, \sigma_H^2I_b)` (Alg. 2 l.6), the noise from the engine's generator."""
+    r""":math:`\tilde H = H + \mathcal N(0, \sigma_H^2I_b)` (Alg. 2 l.6), the noise from the engine's generator: the
+    histogram's release on its own, as the notebooks draw it on synthetic norms (DC-SGD's step draws the same, naming
+    its declared release, :meth:`~dpbook.noise.GaussianNoise.add_`)."""
     H = H.to(device=noise.generator.device, dtype=torch.float64)
     return H + noise.like(H, sigma_H)
 

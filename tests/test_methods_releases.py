@@ -33,24 +33,31 @@ def hyperparameters(name: str) -> dict:
 
 
 class RecordingNoise(GaussianNoise):
-    """The engine's noise, recording the std of every draw."""
+    """The engine's noise, recording the std of every draw and the release of every statistic released."""
 
     def __init__(self, seed: int = 0):
         super().__init__(seed)
         self.stds: list[float] = []
+        self.released: list[Release] = []
 
     def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
         self.stds.append(std)
         return super().like(t, std)
 
+    def add_(self, release: Release, statistic: torch.Tensor) -> torch.Tensor:
+        self.released.append(release)
+        return super().add_(release, statistic)
 
-def drawn(stds: list[float]) -> list[float]:
-    """The distinct stds in the order they were first drawn (a release draws once per parameter tensor)."""
-    return list(dict.fromkeys(stds))
+
+def drawn(values: list) -> list:
+    """The distinct stds (or releases) in the order they were first drawn (a release draws once per parameter
+    tensor)."""
+    return list(dict.fromkeys(values))
 
 
-def run_steps(method: Method) -> list[tuple[tuple[Release, ...], float, list[float]]]:
-    """(releases declared before the step, multiplier the ledger recorded, stds drawn) for STEPS engine steps."""
+def run_steps(method: Method) -> list[tuple[tuple[Release, ...], float, list[float], list[Release]]]:
+    """(releases declared before the step, multiplier the ledger recorded, stds drawn, releases drawn through
+    ``noise.add_``: empty when some noise was drawn outside it) for STEPS engine steps."""
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
     q = 1.0 if method.full_batch else 0.5
@@ -62,8 +69,10 @@ def run_steps(method: Method) -> list[tuple[tuple[Release, ...], float, list[flo
     for _ in range(STEPS):
         declared = method.releases()
         engine.noise.stds.clear()
+        engine.noise.released.clear()
         engine.step(x, y, index=torch.arange(N))
-        out.append((declared, engine.ledger.history[-1][0], drawn(engine.noise.stds)))
+        out.append((declared, engine.ledger.history[-1][0], drawn(engine.noise.stds),
+                    [] if len(engine.noise.stds) != len(engine.noise.released) else drawn(engine.noise.released)))
     return out
 
 
@@ -78,8 +87,9 @@ def test_no_method_declares_a_multiplier_apart_from_its_releases(name):
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_each_step_adds_the_declared_noise_and_is_charged_their_composition(name):
     method = METHODS[name](**hyperparameters(name))
-    for declared, charged, stds in run_steps(method):
+    for declared, charged, stds, released in run_steps(method):
         assert stds == [r.noise_std for r in declared]  # each release's noise, in the declared order
+        assert released == list(declared)  # every draw through the one call that names its release (the audit's)
         assert charged == sigma_eff(*(r.noise_multiplier for r in declared))
         assert declared[0].in_gradient and gradient_sensitivity(declared) > 0
         if len(declared) == 1:
@@ -95,32 +105,32 @@ def test_a_step_declares_its_releases_once(name):
     method.releases = lambda: calls.append(method.t) or declare()  # the instance's, for this test
     steps = run_steps(method)  # which asks for them once itself before each step
     assert calls == [t for t in range(STEPS) for _ in range(2)]
-    assert all(stds == [r.noise_std for r in declared] for declared, _, stds in steps)
+    assert all(stds == [r.noise_std for r in declared] for declared, _, stds, _ in steps)
 
 
 @pytest.mark.parametrize("name", ["dcsgd-p", "dcsgd-e", "adaclip"])
 def test_a_split_release_costs_the_total_sigma(name):
     """DC-SGD's Theorem 2 and Andrew et al.'s split: gradient + histogram (count) cost DP-SGD at sigma."""
     method = METHODS[name](**hyperparameters(name))
-    for declared, charged, _ in run_steps(method):
+    for declared, charged, _, _ in run_steps(method):
         assert len(declared) == 2 and not declared[1].in_gradient
         assert charged == pytest.approx(method.sigma, rel=1e-14)
 
 
 def test_dpdr_and_diff2_steps_declare_what_they_release():
     dpdr = run_steps(METHODS["dpdr"](**VARIED["dpdr"]))
-    assert [[r.name for r in d] for d, _, _ in dpdr] == [["gradient"], ["orthogonal", "alpha"],
+    assert [[r.name for r in d] for d, *_ in dpdr] == [["gradient"], ["orthogonal", "alpha"],
                                                          ["orthogonal", "alpha"], ["gradient"], ["gradient"]]
     assert dpdr[1][0][0].noise_std == 1.5 * 0.7 and gradient_sensitivity(dpdr[1][0]) == math.hypot(0.7, 0.3)
     diff2 = run_steps(METHODS["diff2"](**VARIED["diff2"]))
-    assert [c for _, c, _ in diff2] == [0.8, 1.0, 0.8, 1.0, 0.8]
-    assert [d[0].name for d, _, _ in diff2] == ["gradient", "difference"] * 2 + ["gradient"]
+    assert [c for _, c, *_ in diff2] == [0.8, 1.0, 0.8, 1.0, 0.8]
+    assert [d[0].name for d, *_ in diff2] == ["gradient", "difference"] * 2 + ["gradient"]
 
 
 @pytest.mark.parametrize("broken", [HalfNoise, DataDependentNoise])
 def test_the_check_catches_noise_that_differs_from_the_declaration(broken):
-    declared, _, stds = run_steps(broken(C=100.0, sigma=1.0))[0]  # no gradient here has norm 100
-    assert stds != [r.noise_std for r in declared]
+    declared, _, stds, released = run_steps(broken(C=100.0, sigma=1.0))[0]  # no gradient here has norm 100
+    assert stds != [r.noise_std for r in declared] and released != list(declared)
 
 
 @pytest.mark.parametrize("bad", [dict(sensitivity=0.0, noise_multiplier=1.0),

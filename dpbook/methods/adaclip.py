@@ -174,8 +174,7 @@ class AdaClip(ScaledSum):
         :math:`B`, clamped (post-processing)."""
         centred = torch.tensor([int(acc["unclipped"]) - acc["n"] / 2], dtype=torch.float64,
                                device=noise.generator.device)
-        std = acc["releases"][1].noise_std  # sigma_b
-        return unclipped_fraction(float((centred + noise.like(centred, std))[0]), self.B)
+        return unclipped_fraction(float(noise.add_(acc["releases"][1], centred)[0]), self.B)  # std sigma_b
 
     def advance(self) -> None:
         super().advance()

@@ -366,7 +366,6 @@ class ScaledSum(Method):
         acc["n"] += mb.n
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = acc["releases"][0].noise_std
         for s in acc["sum"]:  # in place: one parameter's noise at a time, no second copy of the model's size
-            s.add_(noise.like(s, std))
+            noise.add_(acc["releases"][0], s)
         return acc["sum"]

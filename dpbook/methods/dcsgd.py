@@ -85,7 +85,7 @@ import numpy as np
 import torch
 
 from dpbook import accounting, checks
-from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_histogram, noisy_total
+from dpbook.histogram import HISTOGRAM_SENSITIVITY, build_histogram, midpoints, noisy_total
 from dpbook.methods.base import MicroBatch, Release, ScaledSum
 from dpbook.methods.declaration import Declaration
 from dpbook.methods.registry import register
@@ -372,7 +372,8 @@ class DCSGD(ScaledSum):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         noisy_sum = super().release(acc, noise)  # Alg. 1 l.8: + N(0, sigma_T^2 C_t^2 I_d), drawn first
-        H = noisy_histogram(acc["H"], acc["releases"][1].noise_std, noise).cpu()  # Alg. 2 l.5, drawn second
+        exact = acc["H"].to(device=noise.generator.device, dtype=torch.float64, copy=True)
+        H = noise.add_(acc["releases"][1], exact).cpu()  # Alg. 2 l.5: + N(0, sigma_H^2 I_b), drawn second
         C_next, R_next, info = self.adapt(H.numpy())  # Alg. 1 l.11: post-processing of H~ only
         self.last_release = {"H": H, "C": self.C, "R": self.R}
         self._next = (C_next, R_next)

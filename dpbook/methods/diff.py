@@ -128,8 +128,7 @@ class _DifferenceMethod(Method):
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         restart = self.is_restart()
-        std = acc["releases"][0].noise_std
-        noisy = [s + noise.like(s, std) for s in acc["sum"]]
+        noisy = [noise.add_(acc["releases"][0], s) for s in acc["sum"]]
         released = noisy if restart else [s + self.B * v for s, v in zip(noisy, self.previous)]  # + B g~_{t-1}
         self.previous = [r / self.B for r in released]  # the released gradient, as the optimizer sees it
         n = acc["n"]

@@ -324,14 +324,14 @@ class DPDR(Method):
             total.add_(part)
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = [r.noise_std for r in acc["releases"]]
+        declared = acc["releases"]
         if self.is_gdr_step():
             P = [s - ca * b for s, ca, b in zip(acc["sum"], acc["ca"], self.b)]   # sum_i c_i p_i^(l)
-            g_perp = [p + noise.like(p, std[0]) for p in P]                     # sigma_perp C_perp
-            alpha = acc["A"] + noise.like(acc["A"], std[1])                     # sigma_alpha C_alpha
+            g_perp = [noise.add_(declared[0], p) for p in P]                    # sigma_perp C_perp
+            alpha = noise.add_(declared[1], acc["A"])                           # sigma_alpha C_alpha
             released = [al * b + gp for al, b, gp in zip(alpha, self.b, g_perp)]  # g~ = alpha~ b + g~_perp
         else:
-            released = [s + noise.like(s, std[0]) for s in acc["sum"]]          # sigma_g C_g
+            released = [noise.add_(declared[0], s) for s in acc["sum"]]         # sigma_g C_g
         self._record_diagnostics(acc, released)
         if self.step < self.s:  # the next step is a GDR step: its base is this release (post-processing) [DPDR-8]
             self.b = unit_directions(released)
