@@ -22,7 +22,7 @@ from dpbook.audit.one_run import WithCanaries, ceiling, dirac_canaries, one_run_
 from dpbook.audit.parallel import records
 from dpbook.audit.sampling import poisson_test
 from dpbook.audit.scenarios import SCENARIOS
-from dpbook.audit.sweep import RANDOM_NORMS, band_probability, canary_effect, sweep
+from dpbook.audit.sweep import GRADIENT, RANDOM_NORMS, band_probability, canary_effects, sweep, sweeps
 from dpbook.audit.white_box import FAST_RANDOM_NORMS, FAST_TRIALS, audit
 from dpbook.data import load_digits
 from dpbook.methods import METHODS
@@ -38,6 +38,7 @@ REQUIRED = {"method", "broken", "steps", "trials", "delta", "epsilon_claimed", "
 # the controls that only an audit of several steps can see
 ACROSS_STEPS = {"reused-noise", "correlated-noise", "anti-correlated-noise"}
 BETWEEN_NORMS = {"narrow-band"}  # the controls that only the sweep's random norms can see
+ALONE = {"histogram-half-noise": "histogram", "alpha-without-noise": "alpha"}  # control -> the release that shows it
 
 
 # --- statistics -------------------------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ def test_method_leaks_no_more_than_it_is_charged(name):
     assert result.mu_claimed == pytest.approx(1 / result.noise_multiplier)
     # the canary saturates the declared sensitivity: the audit is run at the worst case the declaration allows
     assert result.shift == pytest.approx(result.sensitivity, rel=1e-6)
-    # and it has power: the bound reaches most of the claim (DPDR's release leaks less than it is charged)
+    # and it has power: the bound reaches most of the claim (loosest for DPDR: two releases at multiplier 1.5)
     assert result.mu_lower > (0.4 if name == "dpdr" else 0.6) * result.mu_claimed
 
 
@@ -125,10 +126,14 @@ def test_full_batch_method_is_audited_at_sample_rate_one_only():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_no_canary_of_the_sweep_exceeds_the_declared_sensitivity(name):
-    result = sweep(METHODS[name], METHODS[name].declaration.audit)
-    assert not result.exceeds and result.worst_shift == pytest.approx(result.sensitivity, rel=1e-6)
-    assert result.worst_direction == "scenario"  # the scenario's own canary is already the worst
-    assert {"declared", "along", "against"} <= set(result.shifts) and len(result.norms) > 100
+    swept = sweeps(METHODS[name], METHODS[name].declaration.audit)
+    assert list(swept)[0] == GRADIENT and len(swept) >= 2  # the noisy gradient, then each release
+    for target, result in swept.items():  # the noisy gradient, and every release on its own
+        assert not result.exceeds and result.worst_shift == pytest.approx(result.sensitivity, rel=1e-6), target
+        # the scenario's own canary is already the worst, and it moves every release as far as it may move: no
+        # release of a scenario is left (nearly) constant
+        assert result.worst_direction == "scenario" and result.own_shift == pytest.approx(result.sensitivity), target
+        assert {"declared", "along", "against"} <= set(result.shifts) and len(result.norms) > 100
 
 
 @pytest.mark.parametrize("kind, own, direction, norms", [("band-weights", 1.0, "declared", (0.1, 10)),
@@ -174,8 +179,8 @@ def test_no_canary_of_any_norm_or_direction_exceeds_the_declared_sensitivity(nam
     assume(float(u.norm()) > 1e-3)
     flat = 10 ** exponent * u / u.norm()
     canary = [flat[:6].reshape(SHAPES[0]), flat[6:].reshape(SHAPES[1])]
-    effect, sensitivity = canary_effect(METHODS[name], SCENARIOS[name], canary)
-    assert effect <= sensitivity * (1 + 1e-9)
+    for target, (effect, sensitivity) in canary_effects(METHODS[name], SCENARIOS[name], canary).items():
+        assert effect <= sensitivity * (1 + 1e-9), target
 
 
 # --- the broken controls ---------------------------------------------------------------------------------------
@@ -186,6 +191,11 @@ def test_broken_control_is_flagged(kind):
     result = audit_broken(kind, trials=FAST_TRIALS // 2, steps=2, random_norms=_norms(kind))
     if kind in BETWEEN_NORMS:  # its noise is DP-SGD's: the effect above the declared sensitivity flags it
         assert result.flagged and result.shift > result.sensitivity and "declared" in result.canary, result
+    elif kind in ALONE:  # one release's noise below its declaration: that release's own audit shows it
+        release = {r.name: r for r in result.releases}[ALONE[kind]]
+        assert release.flagged and release.noise_std_upper < 0.6 * release.noise_std, result
+        assert f"{ALONE[kind]}: noise" in result.failures and "noise" in release.failures
+        assert not any(r.flagged for r in result.releases if r.name != ALONE[kind]), result
     else:
         assert result.flagged and result.mu_lower > result.mu_claimed, result
     assert result.method == BROKEN[kind][0] and result.broken == kind
@@ -201,6 +211,37 @@ def test_one_step_audit_is_blind_to_noise_across_steps_only(kind):
 def _norms(kind: str) -> int:
     """The sweep's random norms for a control: all of them where only they see it, a few elsewhere."""
     return RANDOM_NORMS if kind in BETWEEN_NORMS else FAST_RANDOM_NORMS
+
+
+@pytest.mark.parametrize("name, releases", [
+    ("dpsgd", {"gradient": 1.0}), ("dcsgd-p", {"gradient": 0.98, "histogram": 0.2}),
+    ("adaclip", {"gradient": 0.866, "unclipped count": 0.5}), ("dpdr", {"orthogonal": 1 / 1.5, "alpha": 1 / 1.5})])
+def test_every_release_is_audited_on_its_own_at_its_own_multiplier(name, releases):
+    result = audit(name, trials=400, random_norms=0)
+    assert {r.name: round(r.mu_claimed, 3) for r in result.releases} == {k: round(v, 3) for k, v in releases.items()}
+    for r in result.releases:
+        assert r.noise_std_upper >= r.noise_std and r.shift == pytest.approx(r.sensitivity) and not r.flagged, r
+        assert r.epsilon_claimed == pytest.approx(accounting.epsilon(r.noise_multiplier, 1.0, 1, 1e-5))
+    # the composition of the releases is the step's claim: 1/mu^2 adds up
+    assert sum(r.mu_claimed ** 2 for r in result.releases) == pytest.approx(result.mu_claimed ** 2)
+    # the step's audit reads every release that is not the noisy gradient itself
+    assert {r for r in releases if r != "gradient"} <= set(result.features)
+    if len(releases) == 1:  # one release: its audit is the step's
+        assert (result.releases[0].mu_lower, result.releases[0].epsilon_lower) == (result.mu_lower,
+                                                                                     result.epsilon_lower)
+
+
+class _NoiseOutsideTheRelease(DPSGD):
+    """DP-SGD drawing its noise with ``noise.like`` and adding it itself: right noise, but a release the audit cannot
+    read on its own."""
+
+    def release(self, acc, noise):
+        return [s + noise.like(s, acc["releases"][0].noise_std) for s in acc["sum"]]
+
+
+def test_a_release_that_escapes_the_one_call_is_refused():
+    with pytest.raises(ValueError, match=r"declared the releases \['gradient'\] but released \[\] through noise.add_"):
+        white_box.run(_NoiseOutsideTheRelease, SCENARIOS["dpsgd"], name="dpsgd", trials=8, random_norms=0)
 
 
 def test_every_sign_pattern_is_audited_and_the_worst_reported():
@@ -283,8 +324,9 @@ def test_cli_audits_every_control_on_the_method_it_breaks(capsys):
     records = json.loads(captured.out)
     assert [(r["method"], r["broken"]) for r in records] == [("dpsgd", None)] + [(BROKEN[k][0], k) for k in BROKEN]
     assert not records[0]["flagged"] and all(r["flagged"] for r in records[1:])
-    assert ("note: --broken all includes band-weights (breaks psasc), realised-batch-adaclip (breaks adaclip), not "
-            "dpsgd: each control is audited on the method it breaks") in captured.err
+    assert ("note: --broken all includes alpha-without-noise (breaks dpdr), band-weights (breaks psasc), "
+            "histogram-half-noise (breaks dcsgd-p), realised-batch-adaclip (breaks adaclip), not dpsgd: each control "
+            "is audited on the method it breaks") in captured.err
 
 
 @pytest.mark.parametrize("args, message", [

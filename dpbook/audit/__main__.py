@@ -8,17 +8,19 @@ For example::
     python -m dpbook.audit --method all --broken all --trials 50000 --sample-rate 1 0.5 \
         --output data/results/audit/analysis/white_box.json           # the book's full audit (resumes)
 
-Each method is audited over one step and over ``--steps`` consecutive steps of one instance (default 1 and 2: a
-method that reuses or correlates its noise across steps passes every one-step audit), at the worst canary of the
-sweep over norms and directions (:mod:`dpbook.audit.sweep`). ``--broken KIND`` audits that control on the method it
-breaks, whatever ``--method`` names. Each audit prints ``method``, ``broken``, ``steps``, ``trials``,
-``epsilon_claimed``, ``epsilon_lower``, ``mu_claimed``, ``mu_lower`` and more
-(:class:`~dpbook.audit.white_box.AuditResult`). The lower bounds of one invocation hold *together* at 95 %
-confidence: with k audits each gets ``1 - 0.05 / k``. The exit status is 1 when any lower bound exceeds its claim (or
-a canary's effect exceeds the declared sensitivity), which is the expected outcome for a broken control, 2 for bad
-arguments, 0 otherwise. With ``--output`` every finished audit is written to the file at once (atomically); a rerun
-with the same arguments skips the audits already there, and a file of another audit is refused (``--force``
-replaces it).
+Each method is audited over one step and over ``--steps`` consecutive steps of one instance (default 1 and 2: a method
+that reuses or correlates its noise across steps passes every one-step audit), at the worst canary of the sweep over
+norms and directions (:mod:`dpbook.audit.sweep`). ``--broken KIND`` audits that control on the method it breaks,
+whatever ``--method`` names. Each audit prints ``method``, ``broken``, ``steps``, ``trials``, ``epsilon_claimed``,
+``epsilon_lower``, ``mu_claimed``, ``mu_lower`` and more (:class:`~dpbook.audit.white_box.AuditResult`), and a second
+table gives every release of each audit on its own: its declared sensitivity and the sweep's largest effect on it, its
+declared noise std and the measured upper bound, its own claim and lower bound
+(:class:`~dpbook.audit.white_box.ReleaseAudit`). The lower bounds of one invocation hold *together* at 95 % confidence:
+with k audits each gets ``1 - 0.05 / k``. The exit status is 1 when any lower bound exceeds its claim (or a canary's
+effect exceeds a declared sensitivity, or a release's noise is below its declared std), which is the expected outcome
+for a broken control, 2 for bad arguments, 0 otherwise. With ``--output`` every finished audit is written to the file at
+once (atomically); a rerun with the same arguments skips the audits already there, and a file of another audit is
+refused (``--force`` replaces it).
 """
 
 from __future__ import annotations
@@ -40,7 +42,21 @@ from dpbook.io import resumable
 from dpbook.methods import METHODS
 
 COLUMNS = ("method", "broken", "sample_rate", "steps", "trials", "canary", "signs", "epsilon_claimed", "epsilon_lower",
-           "mu_claimed", "mu_lower", "flagged", "seconds")
+           "mu_claimed", "mu_lower", "failures", "seconds")
+RELEASE_COLUMNS = ("method", "broken", "sample_rate", "steps", "release", "sensitivity", "shift", "noise_std",
+                   "noise_std_upper", "mu_claimed", "mu_lower", "failures")
+"""The second table: every release of every audit on its own (:class:`~dpbook.audit.white_box.ReleaseAudit`)."""
+
+
+def _cell(record: dict, column: str):
+    """A record's value in a table: its failures as words ("none" when it refutes nothing)."""
+    return ", ".join(record[column]) or "none" if column == "failures" else record[column]
+
+
+def release_rows(results: list[dict]) -> list[list]:
+    """One row of :data:`RELEASE_COLUMNS` per release of each result record."""
+    return [[r[c] for c in RELEASE_COLUMNS[:4]] + [a["name"]] + [_cell(a, c) for c in RELEASE_COLUMNS[5:]]
+            for r in results for a in r["releases"]]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -138,7 +154,9 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
     else:
-        print(tabulate([[r[c] for c in COLUMNS] for r in results], headers=COLUMNS, floatfmt=".3f"))
+        print(tabulate([[_cell(r, c) for c in COLUMNS] for r in results], headers=COLUMNS, floatfmt=".3f"))
+        print("\nEvery release on its own:")
+        print(tabulate(release_rows(results), headers=RELEASE_COLUMNS, floatfmt=".3f"))
     return 1 if any(r["flagged"] for r in results) else 0
 
 

@@ -1,4 +1,4 @@
-r"""Broken controls: ten deliberately wrong methods that the audit must flag, and a wrong sampler that the sampler's
+r"""Broken controls: twelve deliberately wrong methods that the audit must flag, and a wrong sampler that the sampler's
 test must flag, registered here and nowhere else.
 
 Each keeps the declarations of the correct method (what the accountant is told) and breaks what it releases, the
@@ -44,6 +44,14 @@ way real implementations have been broken:
 ``narrow-band``
     DP-SGD whose weights are doubled for :math:`\lVert g\rVert \in [1.3, 1.55]`: a band between two norms of the
     sweep's grid (1.26 and 1.58), which only the sweep's random norms can hit.
+``histogram-half-noise``
+    DC-SGD-P whose histogram gets :math:`\sigma_H/2` while the step declares :math:`\sigma_H`: the step's
+    composed multiplier moves from 1 to 0.94 only, far too little for the step's audit to see, but the histogram's
+    audit on its own sees its noise halved (:class:`~dpbook.audit.white_box.ReleaseAudit`).
+``alpha-without-noise``
+    DPDR whose coefficients :math:`\alpha` are released without noise while the step declares
+    :math:`\sigma_\alpha`. The noisy gradient :math:`\tilde\alpha b + \tilde g_\perp` hides it (the orthogonal
+    part's noise also lies along :math:`b`), so only :math:`\alpha`'s audit on its own sees it.
 
 And the sampler (:data:`SAMPLERS`, tested by :func:`dpbook.audit.sampling.poisson_test`):
 
@@ -56,10 +64,12 @@ from __future__ import annotations
 
 __all__ = [
     "NoClipping", "HalfNoise", "RealisedBatchAdaClip", "DataDependentNoise", "ClippedSum", "BandWeights",
-    "CorrelatedNoise", "ReusedNoise", "AntiCorrelatedNoise", "NarrowBand", "BROKEN", "audit_broken",
+    "CorrelatedNoise", "ReusedNoise", "AntiCorrelatedNoise", "NarrowBand", "HistogramHalfNoise", "AlphaWithoutNoise",
+    "BROKEN", "audit_broken",
     "FixedSizeBatches", "SAMPLERS"
 ]
 
+import dataclasses
 import math
 
 import torch
@@ -68,13 +78,21 @@ from dpbook import checks
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.audit.white_box import AuditResult, run
 from dpbook.methods.adaclip import AdaClip
-from dpbook.methods.base import MicroBatch
+from dpbook.methods.base import MicroBatch, Release
+from dpbook.methods.dcsgd import DCSGDP
+from dpbook.methods.dpdr import DPDR
 from dpbook.methods.dpsgd import DPSGD
 from dpbook.methods.psac import PSASC
 from dpbook.methods.scenario import Scenario
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import Grads
 from dpbook.sampling import PoissonSampler
+
+
+def _rescaled(release: Release, factor: float) -> Release:
+    """``release`` with its noise multiplier times ``factor``: the noise a broken control adds, not the one it
+    declares."""
+    return dataclasses.replace(release, noise_multiplier=factor * release.noise_multiplier)
 
 
 class NoClipping(DPSGD):
@@ -88,18 +106,18 @@ class HalfNoise(DPSGD):
     r"""Broken: adds half the noise std that :meth:`releases` declares (the accountant still sees :math:`\sigma`)."""
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = 0.5 * acc["releases"][0].noise_std
-        return [s + noise.like(s, std) for s in acc["sum"]]
+        halved = _rescaled(acc["releases"][0], 0.5)
+        return [noise.add_(halved, s) for s in acc["sum"]]
 
 
 class RealisedBatchAdaClip(AdaClip):
     r"""Broken: the unclipped fraction :math:`(\text{count} + \mathcal N(0, \sigma_b^2))/|\mathcal B_t|`, over the
-    realised batch size."""
+    realised batch size (the centred count released as declared, then divided by :math:`|\mathcal B_t|`)."""
 
     def released_fraction(self, acc: dict, noise: GaussianNoise) -> float:
-        count = torch.tensor([float(acc["unclipped"])], dtype=torch.float64)
-        noisy_count = float((count + noise.like(count, self.sigma_b))[0])
-        return min(1.0, max(0.0, noisy_count / max(acc["n"], 1)))  # the realised |B_t|: private
+        centred = torch.tensor([float(acc["unclipped"]) - acc["n"] / 2], dtype=torch.float64)
+        noisy = float(noise.add_(acc["releases"][1], centred)[0])  # std sigma_b, as declared
+        return min(1.0, max(0.0, noisy / max(acc["n"], 1) + 0.5))  # the realised |B_t|: private
 
 
 class DataDependentNoise(DPSGD):
@@ -114,8 +132,8 @@ class DataDependentNoise(DPSGD):
             acc["largest"] = max(acc["largest"], float((mb.norms * self.weights(mb.norms)).max()))
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = self.sigma * acc["largest"]
-        return [s + noise.like(s, std) for s in acc["sum"]]
+        scaled = _rescaled(acc["releases"][0], acc["largest"] / self.C)  # std sigma * largest
+        return [noise.add_(scaled, s) for s in acc["sum"]]
 
 
 class ClippedSum(NoClipping):
@@ -125,8 +143,7 @@ class ClippedSum(NoClipping):
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
         total = math.sqrt(sum(float(s.pow(2).sum()) for s in acc["sum"]))
         scale = min(1.0, self.C / total) if total > 0 else 1.0
-        std = acc["releases"][0].noise_std
-        return [scale * s + noise.like(s, std) for s in acc["sum"]]
+        return [noise.add_(acc["releases"][0], scale * s) for s in acc["sum"]]
 
 
 class BandWeights(PSASC):
@@ -148,12 +165,14 @@ class CorrelatedNoise(DPSGD):
         self.previous: Grads | None = None  # the last step's noise
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        std = acc["releases"][0].noise_std
-        fresh = [noise.like(s, std) for s in acc["sum"]]
-        if self.previous is not None:
-            fresh = [self.rho * p + math.sqrt(1 - self.rho ** 2) * z for p, z in zip(self.previous, fresh)]
-        self.previous = fresh
-        return [s + n for s, n in zip(acc["sum"], fresh)]
+        declared, exact = acc["releases"][0], [s.clone() for s in acc["sum"]]
+        if self.previous is None:  # the first step: the declared noise
+            noisy = [noise.add_(declared, s) for s in acc["sum"]]
+        else:  # rho n_{t-1} + sqrt(1 - rho^2) z_t
+            fresh = _rescaled(declared, math.sqrt(1 - self.rho ** 2))
+            noisy = [noise.add_(fresh, s + self.rho * p) for s, p in zip(acc["sum"], self.previous)]
+        self.previous = [n - e for n, e in zip(noisy, exact)]
+        return noisy
 
 
 class ReusedNoise(CorrelatedNoise):
@@ -176,6 +195,25 @@ class NarrowBand(DPSGD):
         return torch.where((norms >= 1.3) & (norms <= 1.55), 2 * w, w)
 
 
+class HistogramHalfNoise(DCSGDP):
+    r"""Broken: DC-SGD-P's histogram drawn at :math:`\sigma_H/2` while the step declares :math:`\sigma_H`."""
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        gradient, histogram = acc["releases"]
+        return super().release({**acc, "releases": (gradient, _rescaled(histogram, 0.5))}, noise)
+
+
+class AlphaWithoutNoise(DPDR):
+    r"""Broken: DPDR's coefficients :math:`\alpha` released without noise while the step declares
+    :math:`\sigma_\alpha`."""
+
+    def release(self, acc: dict, noise: GaussianNoise) -> Grads:
+        if self.is_gdr_step():
+            orthogonal, alpha = acc["releases"]
+            acc = {**acc, "releases": (orthogonal, _rescaled(alpha, 0.0))}
+        return super().release(acc, noise)
+
+
 _DPSGD = SCENARIOS["dpsgd"]
 
 BROKEN: dict[str, tuple[str, type, Scenario]] = {
@@ -192,6 +230,8 @@ BROKEN: dict[str, tuple[str, type, Scenario]] = {
     "correlated-noise": ("dpsgd", CorrelatedNoise, _DPSGD),
     "anti-correlated-noise": ("dpsgd", AntiCorrelatedNoise, _DPSGD),
     "narrow-band": ("dpsgd", NarrowBand, _DPSGD),
+    "histogram-half-noise": ("dcsgd-p", HistogramHalfNoise, SCENARIOS["dcsgd-p"]),
+    "alpha-without-noise": ("dpdr", AlphaWithoutNoise, SCENARIOS["dpdr"]),
 }
 """Broken control -> (the registered method it breaks, its class, its scenario)."""
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 __all__ = [
     "CONFIDENCE", "clopper_pearson_upper", "epsilon_from_rates", "mu_from_rates", "Certificate",
-    "certify", "one_run_p_value", "one_run_epsilon"
+    "certify", "noise_std_upper", "one_run_p_value", "one_run_epsilon"
 ]
 
 import math
@@ -165,6 +165,22 @@ def certify(without, with_canary, *, delta: float, confidence: float = CONFIDENC
 # --------------------------------------------------------------------------------------------------------------
 # Steinke, Nasr & Jagielski 2023: m canaries, one run
 # --------------------------------------------------------------------------------------------------------------
+
+def noise_std_upper(residuals: np.ndarray, confidence: float = CONFIDENCE) -> float:
+    r"""An upper confidence bound on the std of zero-mean Gaussian noise from draws of it: with probability at least
+    ``confidence`` the true std lies below :math:`\big(\sum_ir_i^2/\chi^2_{n,\,1 - \mathrm{confidence}}\big)^{1/2}`
+    (:math:`\sum_ir_i^2/\mathrm{std}^2` is :math:`\chi^2_n` for :math:`n` i.i.d. draws). The white-box audit reads the
+    residuals of a release (its noisy statistic minus its noise-free one) and flags a release whose bound falls below
+    the declared std: its noise is smaller than the accountant was told.
+
+        >>> draws = np.random.default_rng(0).normal(0, 2.0, 40000)
+        >>> 2.0 < noise_std_upper(draws) < 2.04, noise_std_upper(draws / 2) < 2.0
+        (True, True)
+    """
+    r = np.asarray(residuals, dtype=np.float64).ravel()
+    confidence = checks.open_unit("confidence", confidence)
+    return math.sqrt(float(r @ r) / stats.chi2.ppf(1 - confidence, len(r)))
+
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
     r"""P[at least v of r guesses correct] for an (epsilon, delta)-DP run with m canaries (Steinke et al., Thm 3.1).

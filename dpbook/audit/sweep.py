@@ -9,9 +9,12 @@ log grid of canary norms (:data:`NORMS`) in each of these directions:
 - ``"orthogonal"``: :math:`u = e_0`, orthogonal to every background gradient (when it differs from the declared one);
 - ``"along"`` and ``"against"``: plus and minus the background's sum :math:`\sum_i g_i`, normalised;
 
-and measures the canary's effect on the noisy gradient the optimizer receives, :math:`\lVert\Delta\rVert`, the
-release with the canary minus the release without it. A band of norms narrower than the grid's step (a factor
-:math:`10^{0.1} = 1.26`) can lie between two of its points, so the sweep then looks between them:
+and measures the canary's effect, :math:`\lVert\Delta\rVert` (the release with the canary minus the release
+without it), on each *target*: the noisy gradient the optimizer receives (:data:`GRADIENT`) and each of the step's
+declared releases on its own (DC-SGD's histogram, AdaClip's count, DPDR's orthogonal parts and coefficients
+:math:`\alpha`), each against its own declared sensitivity; :func:`sweeps` gives one :class:`Sweep` per target.
+A band of norms narrower than the grid's step (a factor :math:`10^{0.1} = 1.26`) can lie between two of its points,
+so the sweep then looks between them:
 
 - around every strict local maximum of the grid's effect, :data:`REFINE` norms between its two neighbours, in its
   direction (where a peak's top lies between grid points);
@@ -21,21 +24,24 @@ release with the canary minus the release without it. A band of norms narrower t
   band of 0.076 decades (a factor 1.19) and 55 % for one of 0.01 decades; the grid alone is sure to see a band at
   least 0.1 decades wide.
 
-No effect may exceed the declared sensitivity (:func:`~dpbook.methods.base.gradient_sensitivity`).
-:func:`worst_canary` then hands the statistical audit the canary of the largest effect; the scenario's own canary is
-kept unless another is strictly worse, since it also saturates the method's other releases (AdaClip's count,
-DC-SGD's histogram) as its scenario explains.
+No effect may exceed the declared sensitivity (:func:`~dpbook.methods.base.gradient_sensitivity` for the noisy
+gradient, the release's own for a release). :func:`worst_canary` then hands the statistical audit the canary of the
+largest effect on a target; the scenario's own canary is kept unless another is strictly worse, since it also
+saturates the method's other releases (AdaClip's count, DC-SGD's histogram) as its scenario explains.
 
     >>> from dpbook.methods import METHODS
     >>> s = sweep(METHODS["psasc"], METHODS["psasc"].declaration.audit)
     >>> s.sensitivity, round(s.worst_shift, 6), s.worst_shift <= s.sensitivity
     (2.0, 2.0, True)
+    >>> histogram = sweeps(METHODS["dcsgd-p"], METHODS["dcsgd-p"].declaration.audit)["histogram"]
+    >>> histogram.sensitivity, round(histogram.worst_shift, 6), histogram.worst_direction  # one count, by one
+    (1.0, 1.0, 'scenario')
 """
 
 from __future__ import annotations
 
-__all__ = ["NORMS", "REFINE", "RANDOM_NORMS", "Sweep", "band_probability", "directions", "canary_effect", "sweep",
-           "worst_canary"]
+__all__ = ["GRADIENT", "NORMS", "REFINE", "RANDOM_NORMS", "Sweep", "band_probability", "directions", "canary_effects",
+           "sweeps", "sweep", "worst_canary"]
 
 import dataclasses
 import math
@@ -47,6 +53,9 @@ import torch
 from dpbook.audit.worlds import NoNoise, World, prepared, with_canary
 from dpbook.methods.scenario import Scenario, background, dirac
 from dpbook.per_sample import Grads
+
+GRADIENT = "noisy gradient"
+"""The target of the noisy gradient the optimizer receives (the others are the step's releases, by name)."""
 
 NORMS = np.logspace(-6, 7, 131)
 """The canary norms swept: 10 per decade from :math:`10^{-6}` to :math:`10^7`."""
@@ -87,12 +96,13 @@ def directions(cls: type, scenario: Scenario) -> dict[str, Grads]:
 
 @dataclass(frozen=True)
 class Sweep:
-    """The effect of every canary of the grid and between its points, and the worst one."""
+    """The effect on one target of every canary of the grid and between its points, and the worst one."""
 
+    target: str  # GRADIENT, or the name of a release
     norms: np.ndarray
     shifts: dict[str, np.ndarray]  # direction -> the effect at each norm of NORMS
     own_shift: float  # the effect of the scenario's own canary
-    sensitivity: float  # declared, of the noisy gradient
+    sensitivity: float  # declared, of the target
     worst_direction: str  # "scenario" when no canary of the sweep beats the scenario's own
     worst_norm: float
     between: dict[str, tuple[np.ndarray, np.ndarray]]  # direction -> (norms, effects) between the grid's points
@@ -110,34 +120,46 @@ class Sweep:
 
 
 class _Effects:
-    """The noise-free effect of a canary on one method's release in one scenario (the reference computed once)."""
+    """The noise-free effect of a canary on each target (:data:`GRADIENT`, then the step's releases in their declared
+    order) of one method's step in one scenario (the references computed once)."""
 
     def __init__(self, cls: type, scenario: Scenario):
         self.cls, self.scenario = cls, scenario
         self.bg = background(scenario.background_norms)
         base = World([self.bg], prepared(cls, scenario, self.bg), canary=False).play(NoNoise())
-        self.reference, self.sensitivity = base.releases[0], base.sensitivities[0]
+        self.targets = (GRADIENT, *base.statistics[0])
+        self.sensitivities = (base.sensitivities[0], *(r.sensitivity for r in base.declared[0]))
+        self.reference = self._vectors(base)
 
-    def __call__(self, canary: Grads) -> float:
+    @staticmethod
+    def _vectors(play) -> list[np.ndarray]:
+        return [play.releases[0], *play.statistics[0].values()]
+
+    def __call__(self, canary: Grads) -> np.ndarray:
         grads = with_canary(self.bg, canary)
         play = World([grads], prepared(self.cls, self.scenario, grads), canary=True).play(NoNoise(), once=True)
-        return float(np.linalg.norm(play.releases[0] - self.reference))
+        return np.array([np.linalg.norm(a - b) for a, b in zip(self._vectors(play), self.reference)])
 
     def along(self, unit: Grads, norms) -> np.ndarray:
-        return np.array([self([float(r) * d.unsqueeze(0) for d in unit]) for r in norms])
+        """The effects of canaries of each norm of ``norms`` along ``unit``, shape ``(len(norms), targets)``."""
+        out = np.empty((len(norms), len(self.targets)))
+        for i, r in enumerate(norms):
+            out[i] = self([float(r) * d.unsqueeze(0) for d in unit])
+        return out
 
 
-def canary_effect(cls: type, scenario: Scenario, canary: Grads) -> tuple[float, float]:
-    """The noise-free effect of one canary (one tensor per parameter, each of the parameter's shape) on the
-    release of ``cls`` in ``scenario``, and the declared sensitivity it may not exceed.
+def canary_effects(cls: type, scenario: Scenario, canary: Grads) -> dict[str, tuple[float, float]]:
+    """The noise-free effect of one canary (one tensor per parameter, each of the parameter's shape) on each target
+    of the step of ``cls`` in ``scenario``, and the declared sensitivity it may not exceed.
 
         >>> from dpbook.methods import METHODS
         >>> from dpbook.methods.scenario import dirac
-        >>> canary_effect(METHODS["dpsgd"], METHODS["dpsgd"].declaration.audit, [5.0 * u for u in dirac()])
-        (1.0, 1.0)
+        >>> canary_effects(METHODS["adaclip"], METHODS["adaclip"].declaration.audit, [5.0 * u for u in dirac()])
+        {'noisy gradient': (1.0, 1.0), 'gradient': (1.0, 1.0), 'unclipped count': (0.5, 0.5)}
     """
     effects = _Effects(cls, scenario)
-    return effects([c.unsqueeze(0) for c in canary]), effects.sensitivity
+    shifts = effects([c.unsqueeze(0) for c in canary])
+    return {t: (float(e), s) for t, e, s in zip(effects.targets, shifts, effects.sensitivities)}
 
 
 def _peaks(values: np.ndarray) -> list[int]:
@@ -151,21 +173,31 @@ def _peaks(values: np.ndarray) -> list[int]:
             if values[i] > values[i - 1] * above and values[i] > values[i + 1] * above]
 
 
-def sweep(cls: type, scenario: Scenario, norms: np.ndarray = NORMS, seed: int = 0,
-          random_norms: int = RANDOM_NORMS) -> Sweep:
-    """The noise-free effect of a canary of every norm of ``norms`` in every direction of :func:`directions`, then
-    between the grid's points (module docstring), ``random_norms`` norms drawn from ``seed``."""
+def sweeps(cls: type, scenario: Scenario, norms: np.ndarray = NORMS, seed: int = 0,
+           random_norms: int = RANDOM_NORMS) -> dict[str, Sweep]:
+    """The noise-free effect on every target of a canary of every norm of ``norms`` in every direction of
+    :func:`directions`, then between the grid's points (module docstring: around every target's peaks, and
+    ``random_norms`` norms drawn from ``seed``): one :class:`Sweep` per target, :data:`GRADIENT` first."""
     effects = _Effects(cls, scenario)
-    own_shift = effects(scenario.canary(prepared(cls, scenario, effects.bg)))
+    own = effects(scenario.canary(prepared(cls, scenario, effects.bg)))
     units = directions(cls, scenario)
-    shifts = {name: effects.along(unit, norms) for name, unit in units.items()}
+    grid = {name: effects.along(unit, norms) for name, unit in units.items()}
     logs = np.log10(norms)
     drawn = 10 ** np.random.default_rng(seed).uniform(logs.min(), logs.max(), random_norms)
-    refined = {name: np.concatenate([np.logspace(logs[i - 1], logs[i + 1], REFINE + 2)[1:-1]
-                                     for i in _peaks(values)] or [np.empty(0)])
-               for name, values in shifts.items()}
+    refined = {name: np.unique(np.concatenate([np.logspace(logs[i - 1], logs[i + 1], REFINE + 2)[1:-1]
+                                               for k in range(len(effects.targets)) for i in _peaks(values[:, k])]
+                                              or [np.empty(0)]))
+               for name, values in grid.items()}
     refined["declared"] = np.concatenate([refined["declared"], drawn])
     between = {name: (extra, effects.along(units[name], extra)) for name, extra in refined.items()}
+    return {target: _worst(target, np.asarray(norms), {name: v[:, k] for name, v in grid.items()}, float(own[k]),
+                           effects.sensitivities[k], {name: (at, v[:, k]) for name, (at, v) in between.items()}, seed)
+            for k, target in enumerate(effects.targets)}
+
+
+def _worst(target: str, norms: np.ndarray, shifts: dict, own_shift: float, sensitivity: float, between: dict,
+           seed: int) -> Sweep:
+    """One target's :class:`Sweep`: its worst canary, the scenario's own unless another is strictly worse."""
     worst, where = own_shift, ("scenario", math.nan)
     candidates = [(name, norms, values) for name, values in shifts.items()]
     candidates += [(name, extra, values) for name, (extra, values) in between.items() if len(values)]
@@ -173,21 +205,27 @@ def sweep(cls: type, scenario: Scenario, norms: np.ndarray = NORMS, seed: int = 
         i = int(np.argmax(values))
         if values[i] > worst * (1 + 1e-6):  # worse than the scenario's own canary (beyond rounding)
             worst, where = float(values[i]), (name, float(at[i]))
-    return Sweep(np.asarray(norms), shifts, own_shift, effects.sensitivity, *where, between=between, seed=seed)
+    return Sweep(target, norms, shifts, own_shift, sensitivity, *where, between=between, seed=seed)
 
 
-_SWEPT: dict[tuple, tuple[Scenario, Sweep]] = {}  # (class, id(scenario), seed, random norms) -> its sweep
+def sweep(cls: type, scenario: Scenario, norms: np.ndarray = NORMS, seed: int = 0,
+          random_norms: int = RANDOM_NORMS) -> Sweep:
+    """The sweep of the noisy gradient the optimizer receives (:func:`sweeps`' first)."""
+    return sweeps(cls, scenario, norms, seed, random_norms)[GRADIENT]
 
 
-def worst_canary(cls: type, scenario: Scenario, seed: int = 0,
-                 random_norms: int = RANDOM_NORMS) -> tuple[Scenario, Sweep]:
-    """The scenario with its canary replaced by the worst of the sweep (unchanged when none is worse), and the
-    sweep (noise-free, so computed once per class, scenario, seed and number of random norms: the audits of one and
-    two steps share it)."""
+_SWEPT: dict[tuple, tuple[Scenario, dict[str, Sweep]]] = {}  # (class, id(scenario), seed, random norms) -> sweeps
+
+
+def worst_canary(cls: type, scenario: Scenario, seed: int = 0, random_norms: int = RANDOM_NORMS,
+                 target: str = GRADIENT) -> tuple[Scenario, Sweep]:
+    """The scenario with its canary replaced by the worst of the sweep of ``target`` (unchanged when none is worse),
+    and that sweep (noise-free, so computed once per class, scenario, seed and number of random norms: the audits of
+    one and two steps, and of every target, share it)."""
     key = (cls, id(scenario), seed, random_norms)
     if key not in _SWEPT or _SWEPT[key][0] is not scenario:
-        _SWEPT[key] = (scenario, sweep(cls, scenario, seed=seed, random_norms=random_norms))
-    result = _SWEPT[key][1]
+        _SWEPT[key] = (scenario, sweeps(cls, scenario, seed=seed, random_norms=random_norms))
+    result = _SWEPT[key][1][target]
     if result.worst_direction == "scenario":
         return scenario, result
     unit = directions(cls, scenario)[result.worst_direction]

@@ -9,16 +9,22 @@ scenario's canary :math:`c` and a sign :math:`s_t` of ``signs`` (0 is an example
 gradient). The audit plays every pattern of :func:`sign_patterns`: noise that a method correlates across steps
 cancels against a canary of one pattern and shows against another. The background is the same at every step.
 
+The auditor holds the noise source, so a play records, besides what the step returns to the optimizer, what each of
+the step's declared releases released (the statistic plus its noise, as the method drew it through
+:meth:`~dpbook.noise.GaussianNoise.add_`): every release can be audited on its own.
+
     >>> from dpbook.methods import METHODS
     >>> D, D1 = worlds(METHODS["dpsgd"], METHODS["dpsgd"].declaration.audit, signs=(1, -1))
     >>> play = D1.play(NoNoise())
     >>> [round(float(r[0]), 6) for r in play.releases]   # the canary's coordinate: +C, then -C
     [1.0, -1.0]
+    >>> [list(s) for s in play.statistics], [s["gradient"].shape for s in play.statistics]
+    ([['gradient'], ['gradient']], [(10,), (10,)])
 """
 
 from __future__ import annotations
 
-__all__ = ["NoNoise", "Play", "World", "alternating", "sign_patterns", "prepared", "with_canary", "worlds"]
+__all__ = ["NoNoise", "Recorder", "Play", "World", "alternating", "sign_patterns", "prepared", "with_canary", "worlds"]
 
 import copy
 from dataclasses import dataclass
@@ -27,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from dpbook.methods.base import Method, MicroBatch, gradient_sensitivity
+from dpbook.methods.base import Method, MicroBatch, Release, gradient_sensitivity
 from dpbook.methods.scenario import Scenario, background, zeros
 from dpbook.noise import GaussianNoise
 from dpbook.per_sample import FormedView, Grads, flat_norms
@@ -38,6 +44,33 @@ class NoNoise(GaussianNoise):
 
     def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
         return torch.zeros_like(t)
+
+
+class Recorder(GaussianNoise):
+    """A step's noise source as the auditor holds it: it draws from ``source`` and records what each release
+    released (the statistic with its noise, flat, float64), by the release's name, its tensors in call order."""
+
+    def __init__(self, source: GaussianNoise):
+        self.source, self.generator = source, source.generator
+        self.parts: dict[str, list[np.ndarray]] = {}
+
+    def like(self, t: torch.Tensor, std: float) -> torch.Tensor:
+        return self.source.like(t, std)
+
+    def add_(self, release: Release, statistic: torch.Tensor) -> torch.Tensor:
+        out = super().add_(release, statistic)
+        self.parts.setdefault(release.name, []).append(out.detach().flatten().to(torch.float64).cpu().numpy().copy())
+        return out
+
+    def released(self, declared: Sequence[Release]) -> dict[str, np.ndarray]:
+        """Each declared release's noisy statistic, in the declared order; a method that released another set (or
+        drew noise outside :meth:`add_`, which escapes the audit's release-by-release view) is refused."""
+        names = [r.name for r in declared]
+        if sorted(self.parts) != sorted(names):
+            raise ValueError(f"the step declared the releases {names} but released {sorted(self.parts)} through "
+                             "noise.add_(release, statistic): every Gaussian release goes through that one call, "
+                             "naming the declared Release it draws")
+        return {name: np.concatenate(self.parts[name]) for name in names}
 
 
 def alternating(steps: int) -> tuple[int, ...]:
@@ -72,11 +105,14 @@ def sign_patterns(steps: int, seed: int = 0) -> list[tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class Play:
-    """What T steps released: the flat noisy sum and the released diagnostics of each step, and what each step
-    declared before its release (noise multiplier, sensitivity of the noisy gradient)."""
+    """What T steps released: the flat noisy sum the optimizer receives, each declared release's noisy statistic
+    (flat, by name) and the released diagnostics of each step, and what each step declared before its release (its
+    releases, their composed noise multiplier, the sensitivity of the noisy gradient)."""
 
     releases: list[np.ndarray]
+    statistics: list[dict[str, np.ndarray]]
     diagnostics: list[dict[str, float]]
+    declared: list[tuple[Release, ...]]
     noise_multipliers: list[float]
     sensitivities: list[float]
 
@@ -98,18 +134,21 @@ class World:
         step t's batch (Poisson sampling; always, by default); without it the batch is the background. ``once``:
         the world is played this once, so its method itself plays (no copy)."""
         method = self.method if once else copy.deepcopy(self.method)
-        out = Play([], [], [], [])
+        out = Play([], [], [], [], [], [])
         for t, grads in enumerate(self.steps):
             inside = self.canary and (present is None or present[t])
             grads = grads if inside else [g[:self.n_background] for g in grads]
             n = len(grads[0])
             acc = method.start(zeros())  # the step's releases, declared before any example is seen
+            out.declared.append(acc["releases"])
             out.noise_multipliers.append(method.noise_multiplier(acc["releases"]))
             out.sensitivities.append(gradient_sensitivity(acc["releases"]))
             view = FormedView(grads, flat_norms(grads), _grads_at(grads, canary=inside))
             method.accumulate(acc, MicroBatch(view, torch.arange(n)))
-            released = method.release(acc, noise)
+            recorder = Recorder(noise)
+            released = method.release(acc, recorder)
             out.releases.append(torch.cat([r.flatten() for r in released]).numpy())
+            out.statistics.append(recorder.released(acc["releases"]))
             out.diagnostics.append(method.diagnostics())
             method.advance()
         return out
