@@ -110,7 +110,7 @@ def test_two_steps_of_one_instance_leak_no_more_than_they_are_charged(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dpsgd", "dcsgd-e", "adaclip", "dpdr", "diff2"])
 def test_poisson_step_leaks_no_more_than_its_subsampled_claim(name):
-    result = audit(name, trials=FAST_TRIALS, sample_rate=0.5, random_norms=FAST_RANDOM_NORMS)
+    result = audit(name, trials=FAST_TRIALS // 4, sample_rate=0.5, random_norms=FAST_RANDOM_NORMS)
     assert not result.flagged
     assert result.epsilon_claimed == pytest.approx(accounting.epsilon(result.noise_multiplier, 0.5, 1, 1e-5))
     assert result.epsilon_claimed < accounting.epsilon(result.noise_multiplier, 1.0, 1, 1e-5)
@@ -204,7 +204,7 @@ def test_broken_control_is_flagged(kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_one_step_audit_is_blind_to_noise_across_steps_only(kind):
-    result = audit_broken(kind, trials=FAST_TRIALS, random_norms=_norms(kind))
+    result = audit_broken(kind, trials=FAST_TRIALS // 2, random_norms=_norms(kind))
     assert result.flagged == (kind not in ACROSS_STEPS), result
 
 

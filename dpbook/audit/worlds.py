@@ -59,7 +59,7 @@ class Recorder(GaussianNoise):
 
     def add_(self, release: Release, statistic: torch.Tensor) -> torch.Tensor:
         out = super().add_(release, statistic)
-        self.parts.setdefault(release.name, []).append(out.detach().flatten().to(torch.float64).cpu().numpy().copy())
+        self.parts.setdefault(release.name, []).append(out.detach().to("cpu", torch.float64, copy=True).numpy().ravel())
         return out
 
     def released(self, declared: Sequence[Release]) -> dict[str, np.ndarray]:
