@@ -77,7 +77,7 @@ import torch
 from dpbook import checks
 from dpbook.audit.scenarios import SCENARIOS
 from dpbook.audit.white_box import AuditResult, run
-from dpbook.methods.adaclip import AdaClip
+from dpbook.methods.adaclip import AdaClip, unclipped_fraction
 from dpbook.methods.base import MicroBatch, Release
 from dpbook.methods.dcsgd import DCSGDP
 from dpbook.methods.dpdr import DPDR
@@ -95,6 +95,12 @@ def _rescaled(release: Release, factor: float) -> Release:
     return dataclasses.replace(release, noise_multiplier=factor * release.noise_multiplier)
 
 
+def _drawn_at(acc: dict, name: str, factor: float) -> dict:
+    """A step's accumulators whose release ``name`` draws ``factor`` times its declared noise multiplier: what the
+    method's own ``release`` then adds, while the step (and its accountant) keeps the declaration."""
+    return {**acc, "releases": tuple(_rescaled(r, factor) if r.name == name else r for r in acc["releases"])}
+
+
 class NoClipping(DPSGD):
     """Broken: every weight is 1 (no clipping), while its release still declares sensitivity :math:`C`."""
 
@@ -106,8 +112,7 @@ class HalfNoise(DPSGD):
     r"""Broken: adds half the noise std that :meth:`releases` declares (the accountant still sees :math:`\sigma`)."""
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        halved = _rescaled(acc["releases"][0], 0.5)
-        return [noise.add_(halved, s) for s in acc["sum"]]
+        return super().release(_drawn_at(acc, "gradient", 0.5), noise)
 
 
 class RealisedBatchAdaClip(AdaClip):
@@ -117,7 +122,7 @@ class RealisedBatchAdaClip(AdaClip):
     def released_fraction(self, acc: dict, noise: GaussianNoise) -> float:
         centred = torch.tensor([float(acc["unclipped"]) - acc["n"] / 2], dtype=torch.float64)
         noisy = float(noise.add_(acc["releases"][1], centred)[0])  # std sigma_b, as declared
-        return min(1.0, max(0.0, noisy / max(acc["n"], 1) + 0.5))  # the realised |B_t|: private
+        return unclipped_fraction(noisy, max(acc["n"], 1))  # over the realised |B_t|: private
 
 
 class DataDependentNoise(DPSGD):
@@ -132,8 +137,7 @@ class DataDependentNoise(DPSGD):
             acc["largest"] = max(acc["largest"], float((mb.norms * self.weights(mb.norms)).max()))
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        scaled = _rescaled(acc["releases"][0], acc["largest"] / self.C)  # std sigma * largest
-        return [noise.add_(scaled, s) for s in acc["sum"]]
+        return super().release(_drawn_at(acc, "gradient", acc["largest"] / self.C), noise)  # std sigma * largest
 
 
 class ClippedSum(NoClipping):
@@ -199,8 +203,7 @@ class HistogramHalfNoise(DCSGDP):
     r"""Broken: DC-SGD-P's histogram drawn at :math:`\sigma_H/2` while the step declares :math:`\sigma_H`."""
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        gradient, histogram = acc["releases"]
-        return super().release({**acc, "releases": (gradient, _rescaled(histogram, 0.5))}, noise)
+        return super().release(_drawn_at(acc, "histogram", 0.5), noise)
 
 
 class AlphaWithoutNoise(DPDR):
@@ -208,10 +211,7 @@ class AlphaWithoutNoise(DPDR):
     :math:`\sigma_\alpha`."""
 
     def release(self, acc: dict, noise: GaussianNoise) -> Grads:
-        if self.is_gdr_step():
-            orthogonal, alpha = acc["releases"]
-            acc = {**acc, "releases": (orthogonal, _rescaled(alpha, 0.0))}
-        return super().release(acc, noise)
+        return super().release(_drawn_at(acc, "alpha", 0.0), noise)  # a GDR step's; the others declare no alpha
 
 
 _DPSGD = SCENARIOS["dpsgd"]
