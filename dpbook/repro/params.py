@@ -31,6 +31,7 @@ from typing import Any, Callable, Collection, Iterable
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from dpbook import checks
 from dpbook.checks import Domain, did_you_mean, domain_of, first_repeated, plain
 
 #: The cell every notebook runs right after its ``parameters`` cell (and papermill's injected one); it stays out of
@@ -369,7 +370,8 @@ def unknown_parameters(given, declared) -> str:
 
 def parameters_cell(source: str) -> tuple[dict, dict]:
     """The parameters a cell of assignments defines, with their values, and the annotations it gives them (a type,
-    or a range of :mod:`dpbook.checks`, which the cell imports from there: :func:`checked`). A union is written with
+    or a range of :mod:`dpbook.checks`: :func:`checked`). The cell may import its ranges from there or leave the
+    import to an earlier cell, so that a reader's first cell holds only the parameters. A union is written with
     ``typing``'s ``Optional`` and ``Union``, which papermill's own reader of a parameters cell understands (it warns
     "Passed unknown parameter" for an annotation written with ``|``).
 
@@ -378,6 +380,8 @@ def parameters_cell(source: str) -> tuple[dict, dict]:
     >>> values, annotations = parameters_cell(cell)
     >>> values, annotations["b"], annotations["e"].__metadata__[0].what
     ({'a': 1, 'b': None, 'c': 2.0, 'd': [1], 'e': 3}, list[str] | None, 'an integer >= 1')
+    >>> parameters_cell("epochs: Count = 8")[1]["epochs"].__metadata__[0].what  # imported by an earlier cell
+    'an integer >= 1'
     """
     try:
         tree = ast.parse(source)
@@ -400,7 +404,9 @@ def parameters_cell(source: str) -> tuple[dict, dict]:
     return {name: values[name] for name in dict.fromkeys(names)}, dict(values.get("__annotations__", {}))
 
 
-_TYPE_NAMES = {"Any": Any, "Optional": typing.Optional, "Union": typing.Union, "Literal": typing.Literal}
+#: What a parameters cell's annotations may name without importing it: typing's and dpbook.checks' names.
+_TYPE_NAMES = {"Any": Any, "Optional": typing.Optional, "Union": typing.Union, "Literal": typing.Literal,
+               **{name: getattr(checks, name) for name in checks.__all__}}
 
 
 def infer_type(default: Any) -> Any:
