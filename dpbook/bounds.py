@@ -418,7 +418,7 @@ def psasc_theorem2_rate(T: float, *, tau: float, c_opt: float = 1.0, c_tau: floa
     r"""DP-PSASC Theorem 2's rate :math:`O(T^{-1/2} + \tau)` with explicit constants: ``optimisation``
     :math:`= c_{\mathrm{opt}}T^{-1/2}`, ``clipping_bias`` :math:`= c_\tau\tau` (the paper: "the bias introduced by
     SGD sampling", which does not vanish).
-    A rate illustration: the paper gives no constants [PSASC-21]; the defaults 1 are the "unit constants" of the
+    A rate illustration: the paper gives no constants [PSASC-21]; the defaults 1 are the unit constants of the
     book's plots.
 
     >>> psasc_theorem2_rate(100, tau=0.1).total

@@ -52,7 +52,7 @@ into a calibrated plan and runs the search.
    :math:`T` SGD steps of a run. LT is the algorithm that repeats: draw a candidate, train it, and stop with
    probability :math:`\gamma` after each run; it makes at most :math:`T_{LT}` runs and releases the best run seen.
 2. Sec. VI-B sets :math:`\delta_2 = 10^{-20}` and ":math:`\gamma = 1/2G`", read as :math:`\gamma = 1/(2G)`, which
-   gives the paper's "expected running time of LT is 2G". The cap is then :math:`T_{LT} = 2G\ln(10^{20})`, about
+   gives the paper's "expected running time of LT is :math:`2G`". The cap is then :math:`T_{LT} = 2G\ln(10^{20})`, about
    :math:`92.1\,G` runs. :math:`T_{LT}` is the real number of the theorem, not rounded; the search stops after
    :math:`\lfloor T_{LT}\rfloor` runs.
 3. Inversion: set :math:`\delta' = \delta` and :math:`\varepsilon' = \varepsilon`. This gives
@@ -75,8 +75,9 @@ into a calibrated plan and runs the search.
    gives about :math:`G\varepsilon_1`. :class:`LiuTalwar` therefore runs the LT algorithm itself
    (:meth:`LiuTalwar.schedule`): a uniformly random grid point per iteration, a coin with probability :math:`\gamma`
    after each run, and at most :math:`\lfloor T_{LT}\rfloor` runs. The number of runs is random, :math:`2G` on
-   average. The paper's time accounting (Table I: "single training x number of combinations") suggests it trained
-   each combination once. That reading is not sound under Theorem 1, so it is not offered.
+   average. The paper's time accounting (Sec. VI-A: "the product of the count of hyperparameter combinations and
+   the time cost of a single training") suggests it trained each combination once. That reading is not sound under
+   Theorem 1, so it is not offered.
 
 LT's per-run :math:`\delta_1` is tiny (about :math:`10^{-17}` for :math:`G = 10` at :math:`\delta = 10^{-5}`), and
 at such a :math:`\delta` the best RDP order is large (about 80 for MNIST at :math:`\varepsilon = 2` and

@@ -267,10 +267,10 @@ def run_sigma_H(sigma: float) -> float:
     :func:`paper_sigma_H` keeps :math:`\sigma_T` within 10% of :math:`\sigma` for every :math:`\sigma` up to about 5
     (its largest value, 12, gives :math:`\sigma_T = 1.10\,\sigma` at :math:`\sigma = 5`), which covers the paper's
     experiments. Above, the rule would let :math:`\sigma_T` grow without bound (at :math:`\sigma = 11`,
-    :math:`\sigma_H = 12` gives :math:`\sigma_T = 2.5\,\sigma`) and fails for :math:`\sigma \ge 12`. There we follow
-    the paper's own principle, "choose :math:`\sigma_H` so that :math:`\sigma_T` barely grows" (Fig. 7), and take the
-    :math:`\sigma_H` that makes :math:`\sigma_T = 1.1\,\sigma` exactly: :math:`\sigma/\sqrt{1 - 1/1.1^2}`, about
-    :math:`2.4\,\sigma` (our choice).
+    :math:`\sigma_H = 12` gives :math:`\sigma_T = 2.5\,\sigma`) and fails for :math:`\sigma \ge 12`. There we follow the
+    paper's own principle (Sec. VI-C, on Fig. 7: "one only needs to choose :math:`\sigma_H` by ensuring that it won't
+    cause a large increase in :math:`\sigma_T`"), and take the :math:`\sigma_H` that makes
+    :math:`\sigma_T = 1.1\,\sigma` exactly: :math:`\sigma/\sqrt{1 - 1/1.1^2}`, about :math:`2.4\,\sigma` (our choice).
 
         >>> [round(run_sigma_H(s), 3) for s in (1.0, 2.5, 4.0, 8.0)]
         [5.0, 8.0, 12.0, 19.203]

@@ -146,7 +146,7 @@ class CharLSTM(nn.Module):
 
 def char_lstm(vocab_size: int = NAMES_VOCAB_SIZE, num_classes: int = 18, *, embedding_dim: int = 64,
               hidden_size: int = 128, num_layers: int = 2) -> CharLSTM:
-    """The NAMES classifier: "two LSTM layers, like the tutorial" (DC-SGD, Appendix G).
+    """The NAMES classifier of DC-SGD's Appendix G: "a model with two LSTM layers", like the PyTorch tutorial it links.
 
     The paper gives no sizes. The tutorial's RNN has 128 hidden units, which we keep; instead of its one-hot
     input we use a 64-dimensional embedding (index 0, the padding, embeds to zeros). Parameter count

@@ -284,10 +284,10 @@ class BasicBlock(nn.Module):
 class ResNetGN(nn.Module):
     """torchvision's ResNet (ImageNet stem: 7x7 conv stride 2, 3x3 max-pool) with :class:`BasicBlock` and GroupNorm.
 
-    Module names and initialisation follow torchvision (``gn*`` where torchvision has ``bn*``), so the
-    parameter count equals torchvision's for the same ``num_classes``. The papers do not say whether they used the
-    ImageNet stem or a CIFAR 3x3 stem; the quoted sizes ("about 12M / 22M") match torchvision's networks. On 32x32
-    inputs the last stage works on 1x1 maps.
+    Module names and initialisation follow torchvision (``gn*`` where torchvision has ``bn*``), so the parameter count
+    equals torchvision's for the same ``num_classes``. The papers do not say whether they used the ImageNet stem or a
+    CIFAR 3x3 stem; the quoted sizes (about 12M and 22M parameters) match torchvision's networks. On 32x32 inputs the
+    last stage works on 1x1 maps.
 
     Example:
         >>> import torch

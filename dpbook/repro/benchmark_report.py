@@ -258,8 +258,9 @@ def claims_markdown(rows: Sequence[Mapping]) -> str:
         out += (f"\n\nAnd {len(absent)} comparison(s) at budgets the papers report and this benchmark does not have "
                 f"(ε = {budgets}): it cannot speak to those.")
     differ = disagreements()
-    return out + ("\n\n**Where a paper's text and its own MNIST rows disagree**, the register tests the table; the "
-                  "text's words:\n\n" + results.markdown_table(differ, list(differ[0])) if differ else "")
+    return out + ("\n\n**Where a paper's text words a comparison otherwise than its own MNIST rows show it**, the "
+                  "register tests the table; the text's words, and what the difference is:\n\n"
+                  + results.markdown_table(differ, list(differ[0])) if differ else "")
 
 
 def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str, *,

@@ -119,10 +119,10 @@ GRID_SIZES_SGD: dict[str, int] = {m: len(paper_grid(m, "sgd")) for m in TUNED_HY
 class Setting:
     """One experimental setting of the paper (Sec. V, Appendix D): N training examples, epochs, B = 256.
 
-    ``steps`` is the paper's count, T = ceil(N epochs / B) (2,344 for MNIST), used wherever the book reproduces
-    its privacy tables. A :class:`dpbook.train.Trainer` run takes epochs x round(N/B) steps (2,340 for MNIST), never
-    more than this count for these settings, so a sigma calibrated here covers it. ``delta`` is 1/N, as in the
-    paper.
+    ``steps`` is T = ceil(N epochs / B) (2,344 for MNIST), derived from the paper's N, epochs and B (the paper states no
+    T), used wherever the book reproduces its privacy tables. A :class:`dpbook.train.Trainer` run takes epochs x
+    round(N/B) steps (2,340 for MNIST), never more than this count for these settings, so a sigma calibrated here covers
+    it. ``delta`` is 1/N, as in the paper.
 
     >>> s = DCSGD_SETTINGS["mnist"]
     >>> s.sample_rate == 256 / 60000, s.steps, s.delta == 1 / 60000
