@@ -481,7 +481,7 @@ def calibrate(epsilon_at: Callable[[float], float], target_epsilon: float, *, ep
 
     Raises:
         ValueError: when even x = ``MAX_NOISE_MULTIPLIER`` spends more than the target; the message names x
-        (``name``), the ``setting`` and what to change (``fix``).
+            (``name``), the ``setting`` and what to change (``fix``).
     """
     target = checks.positive("target_epsilon", target_epsilon)
     tol = checks.positive("epsilon_tolerance", epsilon_tolerance)

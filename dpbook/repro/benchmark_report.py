@@ -14,9 +14,9 @@ The papers' claims are one register, :data:`dpbook.repro.claims.CLAIMS`, which b
 from __future__ import annotations
 
 __all__ = [
-    "Cells", "WORDS", "cells", "status_line", "check_complete", "complete", "values", "accuracy_table", "unreachable",
-    "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge", "claims_markdown",
-    "versus_baseline",
+    "Cells", "WORDS", "cells", "status_line", "check_complete", "complete", "values", "accuracy_table",
+    "epsilon_header", "unreachable", "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge",
+    "claims_markdown", "versus_baseline",
     "against", "identical_counts", "identical_table", "histogram_noise_table",
     "setting_noise"
 ]
@@ -113,7 +113,12 @@ def accuracy_table(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[
     columns = [f"eps={e:g}" for e in epsilons]
     rows = [{"method": method_label(m),
              **{c: _cell_text(the_cells[(m, e, protocol)]) for c, e in zip(columns, epsilons)}} for m in methods]
-    return results.markdown_table(rows, ["method", *columns])
+    return results.markdown_table(rows, ["method", *columns], ["method", *map(epsilon_header, epsilons)])
+
+
+def epsilon_header(epsilon: float) -> str:
+    """A table's column header for a budget: ``"ε = 2"``."""
+    return f"ε = {epsilon:g}"
 
 
 def unreachable(the_cells: Cells) -> dict[str, list[str]]:
@@ -150,7 +155,8 @@ def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[
                 c = the_cells[(m, e, "none")]
                 row[column] = c["chosen"][0].get(k) if c["chosen"] else c["status"]  # markdown_table formats it
             rows.append(row)
-    return results.markdown_table(rows, ["method", "hyperparameter", *columns])
+    return results.markdown_table(rows, ["method", "hyperparameter", *columns],
+                                  ["method", "hyperparameter", *map(epsilon_header, epsilons)])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -279,7 +285,8 @@ def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence
             d = results.difference(va, vb, z=z)
             row[f"eps={e:g}"] = f"{100 * d['diff']:+.1f} ± {100 * d['se']:.1f} {mark[d['sign']]}"
         rows.append(row)
-    return results.markdown_table(rows, ["method"] + [f"eps={e:g}" for e in epsilons])
+    return results.markdown_table(rows, ["method"] + [f"eps={e:g}" for e in epsilons],
+                                  ["method", *map(epsilon_header, epsilons)])
 
 
 def against(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str, *,

@@ -202,7 +202,8 @@ _PAGE_FACTS = r"""
   let opening = '';
   if (h1) {
     let el = h1.nextElementSibling;
-    while (el && (el.tagName === 'SPAN' || el.classList.contains('toctree-wrapper') && false))
+    // the chapter's Colab link (book/_ext/page_fixes.py) sits between the title and the opening paragraph
+    while (el && (el.tagName === 'SPAN' || el.classList.contains('colab-link')))
       el = el.nextElementSibling;
     if (el && el.tagName === 'DIV' && el.classList.contains('cell') && el.classList.contains('tag_remove-cell'))
       el = el.nextElementSibling;
@@ -463,6 +464,8 @@ class BookBrowser:
     @staticmethod
     def _check_buttons(page, notebook: Path, colab: str | None, add) -> None:
         launch = page.locator(".dropdown-launch-buttons button.dropdown-toggle")
+        if colab is not None and not page.locator(f'main p.colab-link a[href="{colab}"]').first.is_visible():
+            add("colab-missing", f"no visible link to {colab} under the chapter's title (book/_ext/page_fixes.py)")
         if colab is not None:
             link = page.locator(f'a[href="{colab}"]')
             if launch.count() == 0 or link.count() == 0:
