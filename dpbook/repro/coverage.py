@@ -1,11 +1,12 @@
-r"""What the book does with every table and figure of a paper: reproduced, a CPU analogue, transcribed, or left out.
+r"""What the book does with every table and figure of a paper: reproduced, reproducible in run mode, a CPU analogue,
+transcribed, or left out.
 
 Each reproduction declares its paper's items (``Reproduction.COVERAGE``): every numbered table and figure the paper
 prints, and for each an :class:`Item` saying what it shows and what the book does with it. The reproduction chapter
 shows the list (:func:`coverage_table`), and the suite fails when a table or figure of the paper is missing from it
 (:func:`missing_items`).
 
->>> items = {"Table 1": Item("accuracies", "reproduced", "`Reproduction(...)` run mode")}
+>>> items = {"Table 1": Item("accuracies", "reproducible in run mode", "`Reproduction(...)`")}
 >>> missing_items(items, tables=2, figures=0, numerals="arabic")
 ['Table 2']
 """
@@ -19,8 +20,10 @@ from typing import Mapping
 
 from dpbook.repro import results
 
-#: What the book does with an item.
-STATUSES = ("reproduced", "CPU analogue", "transcribed", "left out")
+#: What the book does with an item. "reproduced": every build of the book computes it (no GPU); "reproducible in run
+#: mode": the chapter trains it when asked (``mode="run"``, a GPU at the paper's scale) and shows it from the result
+#: files, so that until those exist the page holds the paper's numbers only.
+STATUSES = ("reproduced", "reproducible in run mode", "CPU analogue", "transcribed", "left out")
 
 _ROMAN = ("I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII")
 

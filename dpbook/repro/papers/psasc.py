@@ -110,8 +110,8 @@ class Reproduction(Chapter):
                         "notation, not a result: the book's Notation page gives dpbook's names"),
         "Table II": Item("each benchmark's N, B, epochs, r, C and (ε, δ)", "transcribed",
                          "`data/paper/psasc_table2.json`; the settings of every cell, shown by `settings_table`"),
-        "Table III": Item("test accuracy of the five methods on the five benchmarks", "reproduced",
-                          "`Reproduction()` in run mode; the table above"),
+        "Table III": Item("test accuracy of the five methods on the five benchmarks", "reproducible in run mode",
+                          "`Reproduction()`; the table above"),
         "Fig. 1": Item("a diagram of DP-SGD", "left out", "a diagram, no data"),
         "Fig. 2": Item("per-sample gradient norms in the last 10 epochs (FashionMNIST, CelebA)", "CPU analogue",
                        "[DP-PSASC in training](psasc_in_training.ipynb), on digits [PSASC-39]; at scale left out: "
