@@ -194,6 +194,13 @@ _PAGE_FACTS = r"""
       .filter(pre => pre.textContent.split('\n').filter(l => /\S {2,}\S/.test(l)).length >= 3)
       .map(pre => pre.textContent.trim().split('\n')[0].slice(0, 80));
   const captions = Array.from(main.querySelectorAll('figcaption')).map(c => c.textContent.trim());
+  // a code cell that prints, displays or shows a figure at its top level, with no output under it: the page of a
+  // notebook that did not finish executing (show_panels draws nothing until a run has results, so it is not one)
+  const silentCells = Array.from(main.querySelectorAll('div.cell'))
+      .filter(c => !c.querySelector('.cell_output'))
+      .map(c => c.querySelector('.cell_input pre'))
+      .filter(pre => pre && /^(print|display|plt\.show)\(/m.test(pre.textContent))
+      .map(pre => pre.textContent.split('\n')[0].slice(0, 80));
   // a caption around no picture: a captioned cell that showed text or a table instead of its figure
   const captionsWithoutFigure = Array.from(main.querySelectorAll('figure'))
       .filter(f => f.querySelector('figcaption') && !f.querySelector('img, svg, canvas, object'))
@@ -219,6 +226,7 @@ _PAGE_FACTS = r"""
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     imgs, code, tables, mainRight: box.right, opening, overflowing, captions, captionsWithoutFigure, printedTables,
+    silentCells,
     searchBoxes: Array.from(document.querySelectorAll('.search-button-field')).filter(visible).length,
     pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth, pageText: main.innerText,
   };
@@ -413,6 +421,9 @@ class BookBrowser:
         for caption in facts["captionsWithoutFigure"]:
             add("caption-without-figure", f"a figure caption with no picture above it (a captioned cell showed "
                                           f"something else: show it in a cell of its own): {caption!r}")
+        for first in facts["silentCells"]:
+            add("missing-output", f"a cell that prints or draws shows no output (did the notebook fail to execute? "
+                                  f"make book reports why): {first!r}")
 
     @staticmethod
     def _check_links(facts, html_file: Path, add) -> None:

@@ -174,6 +174,14 @@ def test_missing_opening_paragraph_is_caught(browser, book_copy, tmp_path):
     assert "no-opening-paragraph" in _check(browser, page)
 
 
+def test_a_page_written_without_its_outputs_is_caught(browser, book_copy, tmp_path, intact):
+    # a notebook that stopped at the build's cell timeout is written without outputs, and the page still builds
+    broken = shutil.copytree(book_copy, tmp_path / "html")
+    page = PAGE.html(broken)
+    page.write_text(page.read_text().replace('class="cell_output', 'class="no_output'))
+    assert "missing-output" in _check(browser, page) and "missing-output" not in intact
+
+
 def test_code_behind_a_closed_toggle_is_not_flagged(browser, book_copy):
     """Long bookkeeping code behind 'Show code' (cell tag hide-input: a closed <details>) is what the rules ask
     for, so neither its width nor its length is a defect; Chromium still lays out a closed <details>' content."""
