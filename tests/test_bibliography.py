@@ -7,11 +7,12 @@ tests break a copy of a page and of the bibliography to show that each check cat
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
+
+from tests.test_fidelity import markdown  # a chapter's Markdown cells
 
 ROOT = Path(__file__).resolve().parents[1]
 BIB = ROOT / "book" / "references.bib"
@@ -77,10 +78,7 @@ def cited(markdown: str) -> set[str]:
 
 def pages(root: Path = ROOT) -> dict[str, str]:
     """name -> Markdown of every chapter and book page (the bibliography page itself aside)."""
-    found = {}
-    for path in sorted((root / "notebooks").glob("*.ipynb")):
-        cells = json.loads(path.read_text())["cells"]
-        found[path.name] = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    found = {path.name: markdown(path.stem) for path in sorted((root / "notebooks").glob("*.ipynb"))}
     for path in sorted((root / "book").rglob("*.md")):
         if path.name != "bibliography.md":
             found[str(path.relative_to(root / "book"))] = path.read_text()
