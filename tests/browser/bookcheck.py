@@ -30,9 +30,11 @@ from dpbook.repro.plotting import SMALLEST_TEXT_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen: the page must fit it without horizontal scrolling
+PHONE = {"width": 390, "height": 844}  # a phone held upright (a reader on the go): the page must fit it too
 MIN_FIGURE_SCALE = 0.7  # a static image shown below 70 % of its size has text too small to read
 MIN_TEXT_PX = 9  # a figure's smallest text, as shown (its height in the PNG times the display scale)
 MAX_VISIBLE_CODE_LINES = 30  # longer code is bookkeeping or plotting: hide it (cell tag hide-input); parameters exempt
+MIN_PHONE_TEXT_PX = 14  # prose on a phone: below this a reader has to zoom to read a paragraph
 MIN_OPENING_CHARS = 120  # the paragraph under the title that says what the reader learns
 
 # Python escapes that eat the backslash of a LaTeX command in a normal (non-raw) string: "\rVert" becomes a carriage
@@ -45,6 +47,22 @@ _CONTROL = re.compile(r"[\x07\x08\x0b\x0c]")
 _TEX_IN_PROSE = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]")  # a dollar, \command, \( \) \[ \]
 _ASSERT = re.compile(r"\s*assert\b")
 _FIG_NUMBER = re.compile(r"^Fig\.\s*[\d.]+\s*")
+# Scaffolding: what the build, the tests or the issue tracker left on a page, which a reader cannot use. Anywhere on a
+# page: a live timer, the tracker's "issue", a pytest node id; in a cell's printed output: a smoke flag or the
+# notebook's mode, a commit hash, a check printed as "...: True" (say it: dpbook.repro.confirm).
+SCAFFOLDING = {
+    "a live timer": re.compile(r"\b(?:chapter|page|notebook|section|cell)s? (?:executed|rendered|ran|took) in\b", re.I),
+    "the tracker's issue": re.compile(r"\bthe issue(?:'s|’s)?\b|\bissue \d+\b", re.I),
+    "a pytest node id": re.compile(r"\.py::\w+"),
+}
+SCAFFOLDING_IN_OUTPUT = {
+    "a smoke flag": re.compile(r"\bsmoke\b", re.I),
+    "the notebook's mode": re.compile(r"\b(?:render|run) mode\b|\bmode '(?:render|run)'", re.I),
+    "a commit hash": re.compile(r"(?<![\w.])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w.])"),
+    "a check printed as True or False": re.compile(r":\s*(?:True|False)\s*$", re.M),
+}
+#: The pages whose subject is the repository's tests and checks (they name test ids on purpose).
+ABOUT_THE_TESTS = ("book/contributing", "book/hygiene")
 _PIPE_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\||^\s*\|.*\|.*\|\s*$", re.M)
 
 
@@ -148,6 +166,14 @@ _PAGE_FACTS = r"""
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     if (!n.parentElement.closest(skip) && n.textContent.trim()) texts.push(n.textContent);
   }
+  // what a reader reads: prose and printed outputs, not code, formulas or what a closed toggle hides
+  const readerTexts = [];
+  const hidden = '.cell_input, script, style, mjx-container, mjx-assistive-mml, details:not([open])';
+  const readerWalker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  for (let n = readerWalker.nextNode(); n; n = readerWalker.nextNode()) {
+    if (n.textContent.trim() && !n.parentElement.closest(hidden))
+      readerTexts.push({text: n.textContent, output: !!n.parentElement.closest('.cell_output pre')});
+  }
   const mathItems = (window.MathJax && MathJax.startup && MathJax.startup.document)
       ? Array.from(MathJax.startup.document.math).map(m => m.math) : [];
   const imgs = Array.from(main.querySelectorAll('img')).map(img => {
@@ -218,7 +244,7 @@ _PAGE_FACTS = r"""
                                        : `<${el.tagName.toLowerCase()} class="${el.className}">`) : '';
   }
   return {
-    texts, mathItems,
+    texts, mathItems, readerTexts,
     unTypeset: Array.from(main.querySelectorAll('.math'))
         .filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80)),
     mathErrors: Array.from(document.querySelectorAll('mjx-merror'))
@@ -228,6 +254,11 @@ _PAGE_FACTS = r"""
     imgs, code, tables, mainRight: box.right, opening, overflowing, captions, captionsWithoutFigure, printedTables,
     silentCells,
     searchBoxes: Array.from(document.querySelectorAll('.search-button-field')).filter(visible).length,
+    searchButtons: Array.from(document.querySelectorAll('button.search-button')).filter(visible).length,
+    proseFontPx: Math.min(...Array.from(main.querySelectorAll('p, li')).filter(visible)
+                                .map(el => parseFloat(getComputedStyle(el).fontSize))),
+    viewportMeta: Array.from(document.querySelectorAll('meta[name="viewport"]')).map(m => m.content),
+    columnWidth: Math.max(0, ...Array.from(main.querySelectorAll('p')).filter(visible).map(p => p.clientWidth)),
     pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth, pageText: main.innerText,
   };
 }
@@ -312,7 +343,7 @@ class BookBrowser:
                 server.shutdown()
 
     def check_page(self, html_file: Path, *, name: str, notebook: Path | None = None, colab: str | None = None,
-                   screenshot: Path | None = None) -> list[Defect]:
+                   screenshot: Path | None = None, viewport: dict = VIEWPORT) -> list[Defect]:
         """Open ``html_file`` and return its defects; for a notebook page also check the Colab launch link
         (``colab``) and the download buttons (the ``.ipynb`` download must be the notebook ``notebook``)."""
         defects: list[Defect] = []
@@ -320,7 +351,7 @@ class BookBrowser:
         def add(kind: str, detail: str) -> None:
             defects.append(Defect(kind, name, detail))
 
-        context = self._context(viewport=VIEWPORT, accept_downloads=True)
+        context = self._context(viewport=viewport, accept_downloads=True)
         try:
             def route(r):
                 url = r.request.url
@@ -347,12 +378,19 @@ class BookBrowser:
             facts = page.evaluate(_PAGE_FACTS)
             self._check_math(facts, add)
             self._check_text(facts, add)
-            self._check_images(facts, add)
+            if name not in ABOUT_THE_TESTS:
+                self._check_scaffolding(facts, add)
             self._check_captions(facts, add)
             self._check_links(facts, html_file, add)
-            self._check_layout(facts, add)
-            if notebook is not None:
-                self._check_buttons(page, notebook, colab, add)
+            if viewport["width"] < VIEWPORT["width"] / 2:  # a phone
+                self._check_phone(facts, add)
+                if colab is not None and not page.locator(f'main p.colab-link a[href="{colab}"]').first.is_visible():
+                    add("colab-missing", f"no visible link to {colab} under the chapter's title")
+            else:
+                self._check_images(facts, add)
+                self._check_layout(facts, add)
+                if notebook is not None:
+                    self._check_buttons(page, notebook, colab, add)
             if screenshot is not None:
                 screenshot.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(screenshot), full_page=True)
@@ -384,6 +422,16 @@ class BookBrowser:
         for text in facts["paragraphs"]:
             if _PIPE_TABLE.search(text):
                 add("pipe-table", f"a Markdown table shown as a paragraph of pipes: {text.strip()[:100]!r}")
+
+    @staticmethod
+    def _check_scaffolding(facts, add) -> None:
+        for item in facts["readerTexts"]:
+            rules = {**SCAFFOLDING, **(SCAFFOLDING_IN_OUTPUT if item["output"] else {})}
+            for what, pattern in rules.items():
+                if found := pattern.search(item["text"]):
+                    where = "printed" if item["output"] else "in the text"
+                    around = item["text"][max(0, found.start() - 50):found.end() + 30].strip()
+                    add("scaffolding", f"{what} {where}: {around!r}")
 
     @staticmethod
     def _check_images(facts, add) -> None:
@@ -471,6 +519,27 @@ class BookBrowser:
         if len(facts["opening"]) < MIN_OPENING_CHARS or facts["opening"].startswith("<"):
             add("no-opening-paragraph", f"the page does not open with a paragraph saying what the reader learns: "
                                         f"after the title comes {facts['opening'][:80]!r}")
+
+    @staticmethod
+    def _check_phone(facts, add) -> None:
+        """A page on a phone: nothing but a code block, a printed output, a table or a formula may be wider than the
+        screen (each of those scrolls sideways in its own box), the text is large enough to read, a figure is as wide
+        as the column lets it be and the reader can zoom into it, and the search is one tap away."""
+        if facts["pageWidth"] > facts["viewWidth"] + 1:
+            add("page-overflow", f"the page is {facts['pageWidth']} px wide on a {facts['viewWidth']} px phone screen")
+        if facts["proseFontPx"] < MIN_PHONE_TEXT_PX:
+            add("text-small", f"text set at {facts['proseFontPx']} px on a phone ({MIN_PHONE_TEXT_PX} px or more "
+                              f"reads)")
+        if any(re.search(r"user-scalable\s*=\s*(?:no|0)|maximum-scale\s*=\s*1(?:\.0*)?\b", m)
+               for m in facts["viewportMeta"]):
+            add("no-zoom", f"the page forbids zooming ({facts['viewportMeta']}): a figure's text cannot be enlarged")
+        for img in facts["imgs"]:
+            # (a figure's frame takes a few pixels of the column)
+            if img["visible"] and img["natural"] and img["shown"] < 0.9 * min(img["natural"], facts["columnWidth"]):
+                add("figure-downscaled", f"image {img['src']} is shown {img['shown']:.0f} px wide where the column "
+                                         f"has {facts['columnWidth']:.0f} px (and the image {img['natural']} px)")
+        if facts["searchButtons"] + facts["searchBoxes"] < 1:
+            add("search-boxes", "no search button on a phone screen")
 
     @staticmethod
     def _check_buttons(page, notebook: Path, colab: str | None, add) -> None:

@@ -4,7 +4,9 @@ One test per page of ``_toc.yml``: MathJax typeset every formula without error; 
 text; every image loaded, has alt text or a caption, and is shown large enough to read; no console error; every
 internal link and anchor resolves; nothing is fetched from the network; visible code fits the text column; the
 page opens with a paragraph; a notebook page has its Colab launch link (derived from ``_config.yml``) and working
-download buttons. A full-page screenshot of each page goes to ``_build/screenshots/`` for a person to look through.
+download buttons. Each page is checked twice: on a laptop's screen (1440 px wide) and on a phone's (390 px, where code,
+outputs, tables and formulas scroll sideways in their own boxes but the page itself must not). A full-page screenshot
+of each page at each width goes to ``_build/screenshots/<width>/`` for a person to look through.
 """
 
 from __future__ import annotations
@@ -13,19 +15,21 @@ import re
 
 import pytest
 
-from .bookcheck import book_pages, colab_link
+from .bookcheck import PHONE, VIEWPORT, book_pages, colab_link
 from .conftest import SCREENSHOTS
 
 PAGES = book_pages()
+SCREENS = {str(v["width"]): v for v in (VIEWPORT, PHONE)}
 
 
+@pytest.mark.parametrize("width", SCREENS)
 @pytest.mark.parametrize("page", PAGES, ids=[p.docname for p in PAGES])
-def test_page_reads_as_it_should(page, browser, html_root):
+def test_page_reads_as_it_should(page, width, browser, html_root):
     defects = browser.check_page(
-        page.html(html_root), name=page.docname,
+        page.html(html_root), name=page.docname, viewport=SCREENS[width],
         notebook=page.source if page.is_notebook else None,
         colab=colab_link(page) if page.is_notebook else None,
-        screenshot=SCREENSHOTS / f"{page.docname.replace('/', '__')}.png")
+        screenshot=SCREENSHOTS / width / f"{page.docname.replace('/', '__')}.png")
     assert not defects, f"{len(defects)} defect(s):\n" + "\n".join(map(str, defects))
 
 

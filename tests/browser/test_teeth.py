@@ -16,7 +16,7 @@ import pytest
 
 from dpbook.repro.plotting import SMALLEST_TEXT_KEY
 
-from .bookcheck import ROOT, book_pages, colab_link
+from .bookcheck import PHONE, ROOT, book_pages, colab_link
 
 matplotlib.use("Agg")
 
@@ -123,6 +123,43 @@ def test_a_broken_page_is_caught(kind, browser, book_copy, intact):
     broken.write_text(intact[:end] + INSERTED[kind] + intact[end:])
     assert kind not in intact, f"the intact page already has a {kind} defect"
     assert kind in _check(browser, broken), f"a page with a {kind} defect passed the check"
+
+
+# scaffolding a reader cannot use, each form: in the text, and in a cell's printed output
+SCAFFOLDS = ["<p>This chapter executed in 412 s.</p>", "<p>Under the issue's protocol the grid is small.</p>",
+             "<p>As <code>tests/test_tuning.py::test_claim</code> checks.</p>",
+             _cell_output("<pre>every run spent the same epsilon: True</pre>"),
+             _cell_output("<pre>written by commits: {'16f6b65ea8': 3921}</pre>"),
+             _cell_output("<pre>mode 'render'; results under data/results/dcsgd; smoke False</pre>")]
+
+
+@pytest.mark.parametrize("html", SCAFFOLDS)
+def test_scaffolding_on_a_page_is_caught(html, browser, book_copy, intact):
+    page = PAGE.html(book_copy)
+    intact_html = page.read_text()
+    end = intact_html.rindex("</section>", 0, intact_html.index("</article>"))
+    broken = page.with_name("broken_scaffolding.html")
+    broken.write_text(intact_html[:end] + html + intact_html[end:])
+    assert "scaffolding" not in intact and "scaffolding" in _check(browser, broken), html
+
+
+# defect kind -> HTML that a laptop's screen shows well and a phone's does not
+ON_A_PHONE = {
+    "page-overflow": '<div style="width: 600px">a block as wide as a laptop column</div>',
+    "text-small": '<p style="font-size: 11px">A paragraph set small enough for a laptop and too small for a phone.</p>',
+    "figure-downscaled": _cell_output(f'<img alt="a figure" src="{_figure_png(12)}" style="width: 200px">'),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ON_A_PHONE))
+def test_a_page_that_only_a_phone_cannot_read_is_caught(kind, browser, book_copy):
+    page = PAGE.html(book_copy)
+    intact_html = page.read_text()
+    end = intact_html.rindex("</section>", 0, intact_html.index("</article>"))
+    broken = page.with_name(f"broken_phone_{kind.replace('-', '_')}.html")
+    broken.write_text(intact_html[:end] + ON_A_PHONE[kind] + intact_html[end:])
+    assert kind not in _check(browser, page, viewport=PHONE), f"the intact page already has a {kind} defect on a phone"
+    assert kind in _check(browser, broken, viewport=PHONE), f"a page with a {kind} defect on a phone passed"
 
 
 @pytest.mark.parametrize("text", RAW_TEX)

@@ -243,7 +243,7 @@ class Chapter(abc.ABC):
         ``"render"`` trains nothing and says so. :meth:`finish` raises the failures at the end of the page."""
         checks.one_of("mode", mode, MODES)
         if mode != "run":
-            print("render mode: nothing is trained; the tables and figures show the recorded result files")
+            print("Nothing is trained on this page: its tables and figures show the recorded result files.")
             return []
         return self.run() + [failure for measure in measurements for failure in measure(self)]
 
