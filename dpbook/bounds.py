@@ -173,7 +173,7 @@ def dcsgd_theorem3_eq22(T: int, eta: float, *, N: int, B: float, epsilon: float,
                         G: float, loss_gap: float, c1: float, c2: float, p: float | None = None) -> BoundTerms:
     r"""Theorem 3's worst case in terms of the privacy budget (Eq. 22 for DC-SGD-P, Eq. 25 for DC-SGD-E).
 
-    .. math:: \le\frac{\Delta}{T\eta}+L\eta G^2+\frac{L\,T\eta\,d\ln(1/\delta)\,c_2^2G^2}{N^2\epsilon^2}+\text{bias}
+    .. math:: \le\frac{\Delta}{T\eta}+L\eta G^2+\frac{L\,T\eta\,d\ln(1/\delta)\,c_2^2G^2}{N^2\varepsilon^2}+\text{bias}
 
     with :math:`\sigma = c_2q\sqrt{T\ln(1/\delta)}/\varepsilon`, :math:`q = B/N` (so
     :math:`\sigma^2/B^2 = c_2^2T\ln(1/\delta)/(N^2\varepsilon^2)`) and :math:`C_t \le G`. The paper prints

@@ -6,8 +6,8 @@ bin :math:`[(b - 1)R_t/b, \infty)`:
 
 .. math::
 
-    \mathrm{index}(G_i) &= \min\big(b - 1, \lfloor bG_i/R_t\rfloor\big),\\
-    H_t[k] &= \#\{i \in \mathcal B_t : \mathrm{index}(G_i) = k\},\\
+    \mathrm{index}(i) &= \min\big(b - 1, \lfloor b\lVert g_i\rVert/R_t\rfloor\big),\\
+    H_t[k] &= \#\{i \in \mathcal B_t : \mathrm{index}(i) = k\},\\
     \tilde H_t &= H_t + \mathcal N(0, \sigma_H^2I_b).
 
 The index is Alg. 2 l.5 (the paper prints :math:`\max(n - 1, \ldots)`, [DCSGD-7]); the noise is Alg. 2 l.6:
@@ -46,7 +46,8 @@ HISTOGRAM_SENSITIVITY = 1.0
 
 
 def bin_index(norms, R: float, b: int) -> torch.Tensor:
-    r"""The bin of each norm, :math:`\min(b - 1, \lfloor bG/R\rfloor)` [DCSGD-7], as int64 (computed in float64).
+    r"""The bin of each norm, :math:`\min(b - 1, \lfloor b\lVert g\rVert/R\rfloor)` [DCSGD-7], as int64 (computed
+    in float64).
 
     Any finite non-negative norm lands in :math:`\{0, \ldots, b - 1\}`: huge norms (even 1e300, whose ``b * G / R``
     overflows to inf) go to the overflow bin.

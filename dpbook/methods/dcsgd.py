@@ -32,7 +32,8 @@ call, on synthetic norms and without a model:
 
 Readings of the paper's gaps (ids of the book's Readings chapter, ``book/readings.md``):
 
-- [DCSGD-7] bin index :math:`\min(b-1, \lfloor bG/R_t\rfloor)`, overflow in the last bin (:mod:`dpbook.histogram`).
+- [DCSGD-7] bin index :math:`\min(b-1, \lfloor b\lVert g_i\rVert/R_t\rfloor)`, overflow in the last bin
+  (:mod:`dpbook.histogram`).
 - [DCSGD-9] a bin is represented by its midpoint :math:`(k + 1/2)R_t/b`.
 - [DCSGD-18] the noisy counts are used raw (they may be negative); the noisy total is guarded,
   :math:`S' = \max(S', 1)`. In Algorithm 3, when the running sum never reaches :math:`pS'` (possible only when the
