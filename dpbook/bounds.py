@@ -9,9 +9,9 @@ Each function evaluates one theorem (or one numbered equation) at its named quan
 - ``noise``: the term of the DP Gaussian noise;
 - ``clipping_bias``: the term that does not vanish with :math:`T` (clipping, or in DP-PSASC the sampling bias).
 
-The papers leave constants unspecified (:math:`L`, :math:`G`, :math:`c_1`, :math:`c_2`, the loss gap, the constants
-hidden in :math:`O(\cdot)`); here they are explicit keyword arguments, never defaults hidden inside a formula. Inputs
-outside a theorem's conditions raise a ``ValueError`` (via :mod:`dpbook.checks`).
+The papers leave constants unspecified (:math:`L`, :math:`G_{\max}`, :math:`c_1`, :math:`c_2`, the loss gap, the
+constants hidden in :math:`\mathcal O(\cdot)`); here they are explicit keyword arguments, never defaults hidden
+inside a formula. Inputs outside a theorem's conditions raise a ``ValueError`` (via :mod:`dpbook.checks`).
 
 Ids in brackets (``[DCSGD-n]``, ``[DPDR-n]``, ``[PSASC-n]``) cite the book's chapter *Readings of the papers*
 (``book/readings.md``); every docstring says which reading is implemented.
@@ -105,7 +105,7 @@ def dcsgd_sigma(T: int, *, q: float, epsilon: float, delta: float, c1: float, c2
     return c2 * q * math.sqrt(T * math.log(1 / delta)) / epsilon
 
 
-def _dcsgd_common(T, eta, C, sigma, d, B, L, G, loss_gap, grad_second_moments, sigma_H):
+def _dcsgd_common(T, eta, C, sigma, d, B, L, G_max, loss_gap, grad_second_moments, sigma_H):
     T = checks.integer("T", T)
     eta = checks.positive("eta", eta, "the constant step size")
     sigma = checks.positive("sigma", sigma, "the noise multiplier the accountant sees")
@@ -118,32 +118,32 @@ def _dcsgd_common(T, eta, C, sigma, d, B, L, G, loss_gap, grad_second_moments, s
     d = checks.integer("d", d)
     B = checks.positive("B", B, "the expected batch size")
     L = checks.positive("L", L, "the smoothness constant")
-    G = checks.positive("G", G, "the bound on per-sample gradient norms")
+    G_max = checks.positive("G_max", G_max, "the bound on per-sample gradient norms")
     loss_gap = checks.non_negative("loss_gap", loss_gap, "E L(theta_1) - E L(theta_{T+1}) <= L(theta_1) - L_*")
     C = _per_step("C", C, T)
-    m2 = G * G if grad_second_moments is None else _per_step("grad_second_moments", grad_second_moments, T)
+    m2 = G_max * G_max if grad_second_moments is None else _per_step("grad_second_moments", grad_second_moments, T)
     optimisation = loss_gap / (T * eta)
     second_moment = L * eta * _mean(m2)
     noise = L * eta * sigma ** 2 * d / B ** 2 * _mean(np.square(C))
-    return T, G, optimisation, second_moment, noise
+    return T, G_max, optimisation, second_moment, noise
 
 
-def dcsgd_p_theorem3(T: int, eta: float, C, *, p: float, sigma: float, d: int, B: float, L: float, G: float,
+def dcsgd_p_theorem3(T: int, eta: float, C, *, p: float, sigma: float, d: int, B: float, L: float, G_max: float,
                      loss_gap: float, full_grad_norms=None, grad_second_moments=None,
                      sigma_H: float | None = None) -> BoundTerms:
     r"""DC-SGD-P, Theorem 3, first line (Eq. 9 = Eq. 20 of Appendix B), at a given noise multiplier.
 
     .. math:: \frac1T\mathbb E\sum_t\lVert\nabla\mathcal L(\theta_t)\rVert^2\le
-       \frac{\Delta}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2
-       +\frac{L\eta\sigma^2d}{B^2T}\sum_tC_t^2+\frac1T\sum_t\lVert g_t\rVert\,(1-p)\,G
+       \frac{\Delta_{\mathcal L}}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2
+       +\frac{L\eta\sigma^2d}{B^2T}\sum_tC_t^2+\frac1T\sum_t\lVert g_t\rVert\,(1-p)\,G_{\max}
 
     - ``C``: the thresholds :math:`C_t` (a number, constant over steps, or a sequence of length :math:`T`).
-    - ``loss_gap``: :math:`\Delta = \mathbb E\,\mathcal L(\theta_1) - \mathbb E\,\mathcal L(\theta_{T+1})` (at most
-      :math:`\mathcal L(\theta_1) - \mathcal L^*`, Assumption 3).
+    - ``loss_gap``: :math:`\Delta_{\mathcal L} = \mathbb E\,\mathcal L(\theta_1) - \mathbb E\,\mathcal L(\theta_{T+1})`
+      (at most :math:`\mathcal L(\theta_1) - \mathcal L^*`, Assumption 3).
     - ``full_grad_norms``: :math:`\lVert g_t\rVert = \lVert\nabla\mathcal L(\theta_t)\rVert` per step; default
-      :math:`G` (Eq. 22's bound).
-    - ``grad_second_moments``: :math:`\mathbb E\lVert\bar g_t\rVert^2` per step; default :math:`G^2` (Eq. 22's
-      bound).
+      :math:`G_{\max}` (Eq. 22's bound).
+    - ``grad_second_moments``: :math:`\mathbb E\lVert\bar g_t\rVert^2` per step; default :math:`G_{\max}^2`
+      (Eq. 22's bound).
     - ``sigma_H``: ``None`` (default) is the paper's reading, an exact histogram whose privacy cost is
       ignored, so the gradient's multiplier is :math:`\sigma` (Appendix B; the theorem's text says
       ":math:`\sigma_H = \sigma`" [DCSGD-20]). A number uses the library's split
@@ -152,35 +152,38 @@ def dcsgd_p_theorem3(T: int, eta: float, C, *, p: float, sigma: float, d: int, B
     The noise is divided by :math:`B` (Eq. 14; the definition in Appendix B omits it [DCSGD-24]); the clipped
     fraction is :math:`P(C_t) = 1 - p` (exact histogram, Eq. 18); :math:`\sum_{i=1}^N` [DCSGD-27].
 
-    >>> b = dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G=1.0, loss_gap=2.0)
+    >>> b = dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G_max=1.0, loss_gap=2.0)
     >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]
     [0.2, 0.1, 0.0025, 0.1]
     >>> round(b.total, 6)
     0.4025
-    >>> dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G=1.0, loss_gap=2.0, sigma_H=0.5)
+    >>> dcsgd_p_theorem3(100, 0.1, 0.5, p=0.9, sigma=1.0, d=10, B=10, L=1.0, G_max=1.0, loss_gap=2.0, sigma_H=0.5)
     Traceback (most recent call last):
     ...
     ValueError: sigma_H must be > sigma = 1.0 (sigma_T = (sigma^-2 - sigma_H^-2)^-1/2), got 0.5
     """
     p = checks.open_unit("p", p, "the target percentile of DC-SGD-P")
-    T, G, optimisation, second_moment, noise = _dcsgd_common(T, eta, C, sigma, d, B, L, G, loss_gap,
-                                                             grad_second_moments, sigma_H)
-    g = G if full_grad_norms is None else _per_step("full_grad_norms", full_grad_norms, T)
-    return BoundTerms(optimisation, second_moment, noise, _mean(g) * (1 - p) * G)
+    T, G_max, optimisation, second_moment, noise = _dcsgd_common(T, eta, C, sigma, d, B, L, G_max, loss_gap,
+                                                                 grad_second_moments, sigma_H)
+    g = G_max if full_grad_norms is None else _per_step("full_grad_norms", full_grad_norms, T)
+    return BoundTerms(optimisation, second_moment, noise, _mean(g) * (1 - p) * G_max)
 
 
 def dcsgd_theorem3_eq22(T: int, eta: float, *, N: int, B: float, epsilon: float, delta: float, d: int, L: float,
-                        G: float, loss_gap: float, c1: float, c2: float, p: float | None = None) -> BoundTerms:
+                        G_max: float, loss_gap: float, c1: float, c2: float, p: float | None = None) -> BoundTerms:
     r"""Theorem 3's worst case in terms of the privacy budget (Eq. 22 for DC-SGD-P, Eq. 25 for DC-SGD-E).
 
-    .. math:: \le\frac{\Delta}{T\eta}+L\eta G^2+\frac{L\,T\eta\,d\ln(1/\delta)\,c_2^2G^2}{N^2\varepsilon^2}+\text{bias}
+    .. math::
+
+       \le\frac{\Delta_{\mathcal L}}{T\eta}+L\eta G_{\max}^2
+       +\frac{L\,T\eta\,d\ln(1/\delta)\,c_2^2G_{\max}^2}{N^2\varepsilon^2}+\text{bias}
 
     with :math:`\sigma = c_2q\sqrt{T\ln(1/\delta)}/\varepsilon`, :math:`q = B/N` (so
-    :math:`\sigma^2/B^2 = c_2^2T\ln(1/\delta)/(N^2\varepsilon^2)`) and :math:`C_t \le G`. The paper prints
-    :math:`v^2` for :math:`c_2^2` [DCSGD-23]. Bias: :math:`(1-p)G^2` for P (give ``p``), :math:`G^2` for E
-    (``p=None``, Eq. 25). Requires :math:`\varepsilon < c_1q^2T` [DCSGD-21].
+    :math:`\sigma^2/B^2 = c_2^2T\ln(1/\delta)/(N^2\varepsilon^2)`) and :math:`C_t \le G_{\max}`. The paper prints
+    :math:`v^2` for :math:`c_2^2` [DCSGD-23]. Bias: :math:`(1-p)G_{\max}^2` for P (give ``p``),
+    :math:`G_{\max}^2` for E (``p=None``, Eq. 25). Requires :math:`\varepsilon < c_1q^2T` [DCSGD-21].
 
-    >>> b = dcsgd_theorem3_eq22(100, 0.1, N=1000, B=100, epsilon=0.5, delta=math.exp(-2), d=50, L=1.0, G=1.0,
+    >>> b = dcsgd_theorem3_eq22(100, 0.1, N=1000, B=100, epsilon=0.5, delta=math.exp(-2), d=50, L=1.0, G_max=1.0,
     ...                         loss_gap=1.0, c1=1.0, c2=1.0, p=0.5)
     >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]  # noise 10*50*2/(1e6*0.25)
     [0.1, 0.1, 0.004, 0.5]
@@ -193,11 +196,11 @@ def dcsgd_theorem3_eq22(T: int, eta: float, *, N: int, B: float, epsilon: float,
     eta = checks.positive("eta", eta, "the constant step size")
     d = checks.integer("d", d)
     L = checks.positive("L", L, "the smoothness constant")
-    G = checks.positive("G", G, "the bound on per-sample gradient norms")
+    G_max = checks.positive("G_max", G_max, "the bound on per-sample gradient norms")
     loss_gap = checks.non_negative("loss_gap", loss_gap)
-    bias = G * G if p is None else (1 - checks.open_unit("p", p)) * G * G
-    noise = L * T * eta * d * math.log(1 / delta) * c2 ** 2 * G ** 2 / (N ** 2 * epsilon ** 2)
-    return BoundTerms(loss_gap / (T * eta), L * eta * G * G, noise, bias)
+    bias = G_max * G_max if p is None else (1 - checks.open_unit("p", p)) * G_max * G_max
+    noise = L * T * eta * d * math.log(1 / delta) * c2 ** 2 * G_max ** 2 / (N ** 2 * epsilon ** 2)
+    return BoundTerms(loss_gap / (T * eta), L * eta * G_max * G_max, noise, bias)
 
 
 class Balanced(NamedTuple):
@@ -228,39 +231,41 @@ def dcsgd_balanced(*, N: int, epsilon: float, delta: float, d: int) -> Balanced:
     return Balanced(T=1 / rate ** 2, eta=rate, rate=rate)
 
 
-def dcsgd_e_eq10(T: int, eta: float, C, *, sigma: float, d: int, B: float, L: float, G: float, loss_gap: float,
+def dcsgd_e_eq10(T: int, eta: float, C, *, sigma: float, d: int, B: float, L: float, G_max: float, loss_gap: float,
                  grad_norms=None, grad_second_moments=None, sigma_H: float | None = None) -> BoundTerms:
     r"""DC-SGD-E, Eq. 10 (= Eq. 24 of Appendix C), at a given noise multiplier.
 
-    .. math:: \le\frac{\Delta}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2+\frac1T\sum_t\Big(
-       L\eta\frac{\sigma^2C_t^2d}{B^2}+\frac1N\sum_iG\max(\lVert g_{t,i}\rVert-C_t,0)\Big)
+    .. math::
+
+       \le\frac{\Delta_{\mathcal L}}{T\eta}+\frac{L\eta}{T}\sum_t\mathbb E\lVert\bar g_t\rVert^2+\frac1T\sum_t\Big(
+       L\eta\frac{\sigma^2C_t^2d}{B^2}+\frac1N\sum_iG_{\max}\max(\lVert g_{t,i}\rVert-C_t,0)\Big)
 
     ``grad_norms``: the per-sample norms :math:`\lVert g_{t,i}\rVert`, shape ``(N,)`` (the same at every step) or
-    ``(T, N)``; each must be :math:`\le G` (Assumption 2). ``None`` bounds every excess by :math:`G` (Eq. 25: bias
-    :math:`G^2`). The paper's intermediate line of Eq. 24 misplaces the :math:`t`-sum [DCSGD-26]; we sum bias and
-    variance inside it.
+    ``(T, N)``; each must be :math:`\le G_{\max}` (Assumption 2). ``None`` bounds every excess by :math:`G_{\max}`
+    (Eq. 25: bias :math:`G_{\max}^2`). The paper's intermediate line of Eq. 24 misplaces the :math:`t`-sum
+    [DCSGD-26]; we sum bias and variance inside it.
     Other arguments as in :func:`dcsgd_p_theorem3`.
 
-    >>> b = dcsgd_e_eq10(10, 0.1, 1.0, sigma=2.0, d=4, B=4, L=1.0, G=3.0, loss_gap=1.0, grad_norms=[0.5, 2.0, 3.0])
+    >>> b = dcsgd_e_eq10(10, 0.1, 1.0, sigma=2.0, d=4, B=4, L=1.0, G_max=3.0, loss_gap=1.0, grad_norms=[0.5, 2.0, 3.0])
     >>> [round(x, 6) for x in (b.optimisation, b.second_moment, b.noise, b.clipping_bias)]  # bias 3*(0+1+2)/3
     [1.0, 0.9, 0.1, 3.0]
     """
-    T, G, optimisation, second_moment, noise = _dcsgd_common(T, eta, C, sigma, d, B, L, G, loss_gap,
+    T, G_max, optimisation, second_moment, noise = _dcsgd_common(T, eta, C, sigma, d, B, L, G_max, loss_gap,
                                                              grad_second_moments, sigma_H)
     if grad_norms is None:
-        bias = G * G
+        bias = G_max * G_max
     else:
         g = np.asarray(grad_norms, dtype=float)
         g = g[None, :] if g.ndim == 1 else g
         if g.ndim != 2 or g.shape[1] == 0 or g.shape[0] not in (1, T):
             raise ValueError(f"grad_norms must have shape (N,) or (T={T}, N), got {np.shape(grad_norms)}")
-        if not (np.all(np.isfinite(g)) and np.all(g >= 0) and np.all(g <= G)):
-            raise ValueError(f"grad_norms must lie in [0, G={G!r}] (Assumption 2)")
+        if not (np.all(np.isfinite(g)) and np.all(g >= 0) and np.all(g <= G_max)):
+            raise ValueError(f"grad_norms must lie in [0, G_max={G_max!r}] (Assumption 2)")
         if np.ndim(C) == 0:
             excess = np.maximum(g - float(C), 0.0)
         else:  # (T, N): the norms of step t (or the same norms at every step) against C_t
             excess = np.maximum(g - np.asarray(C, dtype=float)[:, None], 0.0)
-        bias = G * float(excess.mean())
+        bias = G_max * float(excess.mean())
     return BoundTerms(optimisation, second_moment, noise, bias)
 
 

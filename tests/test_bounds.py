@@ -9,7 +9,7 @@ import pytest
 
 from dpbook import bounds as bd
 
-DC = dict(sigma=2.0, d=1000, B=50, L=0.5, G=3.0, loss_gap=4.0)
+DC = dict(sigma=2.0, d=1000, B=50, L=0.5, G_max=3.0, loss_gap=4.0)
 
 
 # ------------------------------------------------------------------------------------------------ DC-SGD
@@ -59,23 +59,23 @@ def test_dcsgd_sigma_and_eq22_by_hand():
     T, q, eps, delta = 2000, 0.02, 0.5, 1e-5
     assert bd.dcsgd_sigma(T, q=q, epsilon=eps, delta=delta, c1=1.0, c2=2.0) == pytest.approx(
         2.0 * 0.02 * math.sqrt(2000 * math.log(1e5)) / 0.5)
-    b = bd.dcsgd_theorem3_eq22(T, 0.01, N=5000, B=100, epsilon=eps, delta=delta, d=200, L=2.0, G=1.5,
+    b = bd.dcsgd_theorem3_eq22(T, 0.01, N=5000, B=100, epsilon=eps, delta=delta, d=200, L=2.0, G_max=1.5,
                                loss_gap=3.0, c1=1.0, c2=2.0, p=0.75)
     assert b.optimisation == pytest.approx(3.0 / (2000 * 0.01))
     assert b.second_moment == pytest.approx(2.0 * 0.01 * 1.5 ** 2)
     assert b.noise == pytest.approx(2.0 * 2000 * 0.01 * 200 * math.log(1e5) * 4.0 * 2.25 / (5000 ** 2 * 0.25))
     assert b.clipping_bias == pytest.approx(0.25 * 2.25)
-    e = bd.dcsgd_theorem3_eq22(T, 0.01, N=5000, B=100, epsilon=eps, delta=delta, d=200, L=2.0, G=1.5,
+    e = bd.dcsgd_theorem3_eq22(T, 0.01, N=5000, B=100, epsilon=eps, delta=delta, d=200, L=2.0, G_max=1.5,
                                loss_gap=3.0, c1=1.0, c2=2.0)
-    assert e.clipping_bias == pytest.approx(2.25)          # Eq. 25: bias G^2 for DC-SGD-E
+    assert e.clipping_bias == pytest.approx(2.25)          # Eq. 25: bias G_max^2 for DC-SGD-E
 
 
 def test_eq22_equals_eq9_at_the_worst_case():
-    # Eq. 22 is Eq. 9 with C_t = ||g_t|| = ||g_bar_t|| = G and sigma from the budget
+    # Eq. 22 is Eq. 9 with C_t = ||g_t|| = ||g_bar_t|| = G_max and sigma from the budget
     T, N, B, eps, delta, c2 = 500, 1000, 100, 0.5, 1e-3, 1.3
     sigma = bd.dcsgd_sigma(T, q=B / N, epsilon=eps, delta=delta, c1=1.0, c2=c2)
-    a = bd.dcsgd_p_theorem3(T, 0.02, 2.0, p=0.6, sigma=sigma, d=30, B=B, L=1.1, G=2.0, loss_gap=1.0)
-    b = bd.dcsgd_theorem3_eq22(T, 0.02, N=N, B=B, epsilon=eps, delta=delta, d=30, L=1.1, G=2.0, loss_gap=1.0,
+    a = bd.dcsgd_p_theorem3(T, 0.02, 2.0, p=0.6, sigma=sigma, d=30, B=B, L=1.1, G_max=2.0, loss_gap=1.0)
+    b = bd.dcsgd_theorem3_eq22(T, 0.02, N=N, B=B, epsilon=eps, delta=delta, d=30, L=1.1, G_max=2.0, loss_gap=1.0,
                                c1=1.0, c2=c2, p=0.6)
     for f in ("optimisation", "second_moment", "noise", "clipping_bias"):
         assert getattr(a, f) == pytest.approx(getattr(b, f))
@@ -115,7 +115,7 @@ def test_dcsgd_e_bias_falls_and_noise_rises_in_C():
 
 @pytest.mark.parametrize("call, match", [
     (lambda: bd.dcsgd_sigma(10, q=0.1, epsilon=0.2, delta=1e-5, c1=1.0, c2=1.0), "epsilon must be < c1 q"),
-    (lambda: bd.dcsgd_theorem3_eq22(10, 0.1, N=100, B=10, epsilon=0.2, delta=1e-5, d=5, L=1, G=1, loss_gap=1,
+    (lambda: bd.dcsgd_theorem3_eq22(10, 0.1, N=100, B=10, epsilon=0.2, delta=1e-5, d=5, L=1, G_max=1, loss_gap=1,
                                     c1=1.0, c2=1.0), "epsilon must be < c1 q"),
     (lambda: bd.dcsgd_p_theorem3(10, 0.1, 1.0, p=1.0, **DC), "p must be in"),
     (lambda: bd.dcsgd_p_theorem3(10, 0.1, 1.0, p=0.5, sigma_H=2.0, **DC), "sigma_H must be > sigma"),
@@ -123,7 +123,7 @@ def test_dcsgd_e_bias_falls_and_noise_rises_in_C():
     (lambda: bd.dcsgd_p_theorem3(10, 0.1, [1.0, 2.0], p=0.5, **DC), "length T=10"),
     (lambda: bd.dcsgd_p_theorem3(10.5, 0.1, 1.0, p=0.5, **DC), "T must be an integer"),
     (lambda: bd.dcsgd_e_eq10(1, 0.1, 1.0, grad_norms=[4.0], **DC), "Assumption 2"),
-    (lambda: bd.dcsgd_theorem3_eq22(10, 0.1, N=100, B=200, epsilon=0.2, delta=1e-5, d=5, L=1, G=1, loss_gap=1,
+    (lambda: bd.dcsgd_theorem3_eq22(10, 0.1, N=100, B=200, epsilon=0.2, delta=1e-5, d=5, L=1, G_max=1, loss_gap=1,
                                     c1=1.0, c2=1.0), "B must be <= N"),
 ])
 def test_dcsgd_conditions(call, match):

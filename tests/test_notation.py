@@ -158,7 +158,6 @@ def meanings(notation: str) -> dict[str, list[str]]:
 #: the papers' own letters, kept where a chapter follows a paper's theorem or algorithm line by line).
 TWO_MEANINGS: dict[str, str] = {
     "M": "a mechanism; DP-PSASC Algorithm 3's outer momentum",
-    "\\Delta": "a sensitivity; DC-SGD's loss gap (bounds); a canary's effect on a release (audit)",
     "t": "the step; a paired t statistic",
     "i": "the example; a grid point",
     "n": "examples in a tensor; a noise vector; trials of an audit; seeds behind a mean",
@@ -169,7 +168,7 @@ TWO_MEANINGS: dict[str, str] = {
     "\\rho": "the zCDP parameter; DPDR's smoothness constant",
     "b": "histogram bins; DPDR's unit direction",
     "R": "a histogram's range; DIFF2's restart period",
-    "G": "a grid's size; the bound on per-sample gradient norms (bounds, dpbook.bounds' G)",
+
     "\\gamma": "LT's stopping probability; Auto-S's constant; DP-PSASC's momentum weight; DPDR's step size",
     "s": "DPDR's GDR length; DP-PSASC's scaling coefficient",
     "c": "a scalar of DIFF's residual; Lemma 2's constant",
