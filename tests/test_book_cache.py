@@ -102,3 +102,19 @@ def test_notebooks_executed_ahead_are_what_the_build_finds_in_the_cache(tmp_path
     with pytest.raises(KeyError):
         cache.match_cache_notebook(nbformat.read(bad, as_version=4))
     assert book_cache.execute(cache_dir, [good], timeout=600)["succeeded"] == []  # cached: not executed again
+
+
+def test_a_cell_that_ran_on_but_shows_an_error_is_reported(tmp_path):
+    """A display formatter that raises (a figure matplotlib cannot draw) leaves an error output in a cell that
+    nbclient counts as executed; the book would show its traceback, so ``--execute`` names the cell and fails."""
+    cache_dir = tmp_path / "cache"
+    cache = jupyter_cache.get_cache(cache_dir)
+    good, bad = (_executed_notebook(tmp_path / f"{name}.ipynb", name) for name in ("good", "bad"))
+    nb = nbformat.read(bad, as_version=4)
+    nb.cells[0].outputs.append(nbformat.v4.new_output("error", ename="ParseSyntaxException",
+                                                      evalue="Unknown symbol: \\mathcal", traceback=["..."]))
+    nbformat.write(nb, bad)
+    for notebook in (good, bad):
+        cache.cache_notebook_file(notebook, check_validity=False)
+    found = book_cache.shown_errors(cache_dir, [good, bad, tmp_path / "never_executed.ipynb"])
+    assert found == [f"bad.ipynb, cell {nb.cells[0].get('id')!r}: ParseSyntaxException: Unknown symbol: \\mathcal"]

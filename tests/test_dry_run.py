@@ -113,7 +113,8 @@ def check_cost_table(study, cells, output, record):
                                                * record["combinations"][c["combination"]]["step_s"] for c in mine))
         assert row["gpu_text"] == "not measured"
     text = dry_run.cost_table(study, output.parent)
-    assert "| table | cells | runs | steps | CPU time | GPU time |" in text and "not measured" in text
+    assert f"| table | cells | runs | steps | time on the {dry_run.machine(record)} | GPU time |" in text
+    assert "not measured" in text
     assert "No dry-run record yet" in dry_run.cost_table(study, output.parent / "absent")
 
 
@@ -123,10 +124,16 @@ def test_the_status_counts_the_cells_and_prices_those_without_results(tmp_path):
     output = dry_run.record_path("psasc", "cpu", tmp_path)
     record = dry_run.dry_run(chapter, steps=1, warmup=0, cells=chapter.selected[:1], output=output)
     text = dry_run.status(chapter, "psasc", tmp_path)
-    assert "**Cells with results: 0 of 2.**" in text and "by the device that made them: none yet" in text
+    assert "**Cells with results: 0 of 2.** Result files: none yet." in text
     cell = record["cells"][json.dumps(list(chapter.selected[0]))]
     hours = dry_run._hours(cell["runs"] * cell["steps_per_run"] * record["combinations"][cell["combination"]]["step_s"])
-    assert f"| III | 2 | 0 | {hours} (1 of 2 cells) | not measured |" in text
+    machine = dry_run.recorded_on(record)
+    assert machine.endswith(f"CPU (measured {record['provenance']['created'][:10]})")
+    assert f"| table | cells | with results | the rest on {machine} |" in text  # no GPU record: no GPU column
+    assert f"| III | 2 | 0 | {hours} (1 of 2 cells) |" in text
+    # the one cell the record measured is the cheapest one still empty, named with its runs and hours
+    assert (f"**The cheapest cell still empty** (benchmark (model) mnist (mnist_cnn), method DP-SGD) takes "
+            f"{cell['runs']} runs of {cell['steps_per_run']:,} steps: {hours} on {machine}.") in text
 
 
 def test_shape_data_has_the_real_shapes_classes_and_N_without_holding_them():

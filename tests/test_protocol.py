@@ -83,6 +83,28 @@ def test_a_toy_paper_trains_shows_paper_vs_reproduced_and_resumes(toy, capsys):
     assert table in chapter_cell(toy, capsys) and toy["chapter"] is not chapter
 
 
+def test_the_paper_layout_sets_ours_next_to_the_papers_value_in_the_papers_rows_and_columns(toy, capsys):
+    """The layout every reproduction page shows first: a row per setting, a column per method, each cell with
+    results "paper → mean ± std, Δ difference", the count above it."""
+    chapter_cell(toy, capsys)
+    chapter = toy["chapter"]
+    text = chapter.layout_table()
+    n = len(chapter.selected)
+    assert f"*Cells with results: {n} of {n}.* A cell with results reads" in text
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header, body = columns(lines[0]), lines[2:]
+    methods = list(dict.fromkeys(str(chapter.label(cell)["method"]) for cell in chapter.selected))
+    assert header[-len(methods):] == methods and len(body) == len({tuple(columns(b)[:-len(methods)]) for b in body})
+    for cell in chapter.selected:
+        label, paper = chapter.label(cell), chapter.paper_row(cell)
+        values = [100 * results.final_metric(r) for r in chapter.summaries[cell]["records"]]
+        mean, std, _ = results.mean_std(values)
+        row = next(columns(b) for b in body if all(str(label[k]) in columns(b) for k in header[:-len(methods)]))
+        printed = f"{paper['value']:.2f}" + (f" ± {paper['std']:.2f}" if paper.get("std") is not None else "")
+        assert row[header.index(str(label["method"]))] == (f"{printed} → {mean:.2f} ± {std:.2f}, "
+                                                          f"Δ {mean - paper['value']:+.2f}")
+
+
 def test_one_more_seed_trains_only_the_missing_re_runs(toy, capsys):
     """The page's third exercise: after a run mode with seeds = 2, seeds = 3 trains one run per cell, seed 2 of its
     best grid point, and nothing else."""

@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -89,6 +90,28 @@ def execute(cache_dir: Path, notebooks: list[Path], timeout: int) -> dict[str, l
     return {"succeeded": result.succeeded, "excepted": result.excepted, "errored": result.errored}
 
 
+def shown_errors(cache_dir: Path, notebooks: list[Path]) -> list[str]:
+    """The cells of the cached executions of ``notebooks`` whose outputs hold an error although the cell ran on (a
+    figure or display that failed to render after its cell's code had run): the page would show the traceback.
+    A notebook with no cached execution of its current code is skipped (the build executes it, and reports a cell
+    that raised)."""
+    from jupyter_cache import get_cache
+
+    cache = get_cache(cache_dir)
+    found = []
+    for path in notebooks:
+        try:
+            record = cache.match_cache_file(str(path.resolve()))
+        except (KeyError, FileNotFoundError):
+            continue
+        for cell in cache.get_cache_bundle(record.pk).nb.cells:
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    found.append(f"{path.name}, cell {cell.get('id')!r}: {output.get('ename')}: "
+                                 f"{str(output.get('evalue')).splitlines()[0][:200]}")
+    return found
+
+
 def execution_times(cache_dir: Path) -> dict[str, dict]:
     """Each cached notebook's latest execution: ``{"seconds": ..., "executed": ISO time (UTC)}`` by notebook name
     (jupyter-cache records the time a page took to execute)."""
@@ -133,6 +156,9 @@ def main(argv=None) -> None:
         summary = execute(args.cache_dir, book_notebooks(), timeout)
         for path in summary["excepted"] + summary["errored"]:
             print(f"book_cache: {Path(path).name} failed here; the build executes it again and reports why")
+        if errors := shown_errors(args.cache_dir, book_notebooks()):
+            sys.exit("book_cache: these cells ran on but show an error (a figure or display that failed to render), "
+                     "which the page would print as a traceback; fix them:\n  " + "\n  ".join(errors))
         return
     if args.times:
         report_times(args.cache_dir, args.cache_dir.parent / "chapter_times.json")

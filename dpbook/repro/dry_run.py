@@ -33,8 +33,8 @@ from __future__ import annotations
 
 __all__ = [
     "DRY_RUN_DIR", "FITS_MIB", "OUT_OF_MEMORY", "record_path", "combination", "return_freed_memory",
-    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "stale_parameters", "status",
-    "parser", "main"
+    "measure", "sample", "dry_run", "reproduction", "cost_rows", "cost_table", "stale_parameters", "machine",
+    "recorded_on", "status", "parser", "main"
 ]
 
 import argparse
@@ -302,8 +302,8 @@ def cost_table(study: str, root: Path = DRY_RUN_DIR) -> str:
                      f"`python -m dpbook.repro.dry_run {study} --force` on that device measures again.\n\n")
     return text + results.markdown_table(
         rows, ["table", "cells", "runs", "steps", "cpu_text", "gpu_text", "failed_text", "big"],
-        ["table", "cells", "runs", "steps", "CPU time", "GPU time", "cells that failed to build",
-         "cells above 15 GB"])
+        ["table", "cells", "runs", "steps", f"time on the {machine(cpu)}" if cpu else "CPU time",
+         f"time on the {machine(gpu)}" if gpu else "GPU time", "cells that failed to build", "cells above 15 GB"])
 
 
 def stale_parameters(study: str, record: dict) -> list[str]:
@@ -322,12 +322,41 @@ def _read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def machine(record: dict) -> str:
+    """The machine a dry-run record measured, in words.
+
+    >>> machine({"provenance": {"device": "cpu: x86_64 (2 threads)"}})
+    '2-thread x86_64 CPU'
+    >>> machine({"provenance": {"device": "cuda: NVIDIA H200"}})
+    'NVIDIA H200'
+    """
+    kind, _, name = record["provenance"]["device"].partition(": ")
+    threads = re.fullmatch(r"(.+) \((\d+) threads?\)", name)
+    return f"{threads[2]}-thread {threads[1]} CPU" if kind == "cpu" and threads else name
+
+
+def recorded_on(record: dict) -> str:
+    """The machine a dry-run record measured, with its article, and the record's date.
+
+    >>> recorded_on({"provenance": {"device": "cuda: NVIDIA H200", "created": "2026-11-26T15:24:02+00:00"}})
+    'an NVIDIA H200 (measured 2026-11-26)'
+    """
+    name = machine(record)
+    word = name.split()[0]
+    # "an" before a vowel sound: a vowel, an initialism read letter by letter (NVIDIA), an 8, 11 or 18
+    vowel = word[0] in "AEIOUaeiou" or (word.isupper() and word[0] in "AEFHILMNORSX") or \
+        re.match(r"(8|11|18)(\D|$)", word) is not None
+    return f"{'an' if vowel else 'a'} {name} (measured {record['provenance']['created'][:10]})"
+
+
 def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
     """Where a reproduction chapter stands, for the top of its page: how many of the cells its tables show
-    (:meth:`Chapter.shown_cells`) have results and which devices their result files came from, then one row per
-    table of the paper: its cells, those with results, and what filling the others takes on a CPU and on a GPU,
-    projected by the dry run (``root``'s records of ``study``: every cell's runs × steps × measured step)."""
-    records = {name: _read(record_path(study, kind, root)) for kind, name in (("cpu", "CPU"), ("cuda", "GPU"))}
+    (:meth:`Chapter.shown_cells`) have results and which devices their result files came from; the cheapest cell
+    still empty, its runs and its hours on the machine of the dry run's record (the GPU's when there is one); then
+    one row per table of the paper: its cells, those with results, and what filling the others takes on each
+    recorded machine, projected by the dry run (``root``'s records of ``study``: every cell's runs × steps ×
+    measured step)."""
+    records = {kind: record for kind in ("cpu", "cuda") if (record := _read(record_path(study, kind, root)))}
     tables: dict[str, dict] = {}
     for cell in chapter.shown_cells():
         row = tables.setdefault(chapter.table_of(cell), {"table": chapter.table_of(cell), "cells": 0, "done": 0,
@@ -338,20 +367,27 @@ def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
         else:
             row["empty"].append(json.dumps(list(cell)))
     for row in tables.values():
-        for name, record in records.items():
-            row[name] = (_projected_text([_projected(record, key) for key in row["empty"]]) if row["empty"]
+        for kind, record in records.items():
+            row[kind] = (_projected_text([_projected(record, key) for key in row["empty"]]) if row["empty"]
                          else "nothing left")
     devices = collections.Counter(r["device"] for r in results.load_results(study, root=chapter.results,
                                                                             smoke=chapter.smoke))
-    came = ", ".join(f"{device}: {n}" for device, n in devices.most_common()) or "none yet"
+    came = ", ".join(f"{n} from {device}" for device, n in devices.most_common()) or "none yet"
     done, total = sum(r["done"] for r in tables.values()), sum(r["cells"] for r in tables.values())
-    text = (f"**Cells with results: {done} of {total}.** Result files in `{results.shown_path(chapter.results / study)}"
-            f"/`, by the device that made them: {came}. What filling the rest takes is projected by the dry run "
-            f"(`{study}_cpu.json` and `{study}_cuda.json` under `data/results/dry_run/analysis/`); the chapter's run "
-            'mode fills cells (`mode = "run"`, "Running the reproductions").\n\n')
-    return text + results.markdown_table(
-        list(tables.values()), ["table", "cells", "done", "CPU", "GPU"],
-        ["table", "cells", "with results", "the rest on a CPU", "the rest on a GPU"])
+    text = f"**Cells with results: {done} of {total}.** Result files: {came}.\n\n"
+    empty = [key for row in tables.values() for key in row["empty"]]
+    if empty and records:
+        kind = "cuda" if "cuda" in records else "cpu"
+        priced = [(t, key) for key in empty if (t := _projected(records[kind], key)) is not None]
+        if priced:
+            seconds, key = min(priced)
+            cell = records[kind]["cells"][key]
+            label = ", ".join(f"{k} {v}" for k, v in cell.get("label", {}).items() if v != "")
+            text += (f"**The cheapest cell still empty** ({label}) takes {cell['runs']} runs of "
+                     f"{cell['steps_per_run']:,} steps: {_hours(seconds)} on {recorded_on(records[kind])}.\n\n")
+    names = {kind: f"the rest on {recorded_on(record)}" for kind, record in records.items()}
+    return text + results.markdown_table(list(tables.values()), ["table", "cells", "done", *records],
+                                          ["table", "cells", "with results", *names.values()])
 
 
 def reproduction(study: str, **parameters) -> Chapter:

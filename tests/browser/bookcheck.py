@@ -227,6 +227,9 @@ _PAGE_FACTS = r"""
       .map(c => c.querySelector('.cell_input pre'))
       .filter(pre => pre && /^(print|display|plt\.show)\(/m.test(pre.textContent))
       .map(pre => pre.textContent.split('\n')[0].slice(0, 80));
+  // a cell that shows an error: it raised (the build would have failed) or a display failed after it ran
+  const errorOutputs = Array.from(main.querySelectorAll('.cell_output .output.traceback, .cell_output .output.error'))
+      .map(el => el.textContent.trim().split('\n').filter(l => l.trim()).slice(-1)[0] || '');
   // a caption around no picture: a captioned cell that showed text or a table instead of its figure
   const captionsWithoutFigure = Array.from(main.querySelectorAll('figure'))
       .filter(f => f.querySelector('figcaption') && !f.querySelector('img, svg, canvas, object'))
@@ -252,7 +255,7 @@ _PAGE_FACTS = r"""
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     imgs, code, tables, mainRight: box.right, opening, overflowing, captions, captionsWithoutFigure, printedTables,
-    silentCells,
+    silentCells, errorOutputs,
     searchBoxes: Array.from(document.querySelectorAll('.search-button-field')).filter(visible).length,
     searchButtons: Array.from(document.querySelectorAll('button.search-button')).filter(visible).length,
     proseFontPx: Math.min(...Array.from(main.querySelectorAll('p, li')).filter(visible)
@@ -469,6 +472,9 @@ class BookBrowser:
         for caption in facts["captionsWithoutFigure"]:
             add("caption-without-figure", f"a figure caption with no picture above it (a captioned cell showed "
                                           f"something else: show it in a cell of its own): {caption!r}")
+        for last in facts["errorOutputs"]:
+            add("error-output", f"a cell shows an error instead of its output (a figure or display that failed; "
+                                f"tools/book_cache.py --execute names the cell): {last[:120]!r}")
         for first in facts["silentCells"]:
             add("missing-output", f"a cell that prints or draws shows no output (did the notebook fail to execute? "
                                   f"make book reports why): {first!r}")

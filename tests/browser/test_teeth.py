@@ -107,6 +107,8 @@ INSERTED = {
     "caption-without-figure": ('<figure><p><em>Fig. 5, not run yet: MNIST/CNN.</em></p>'
                                '<figcaption><p>Fig. 1.9 Accuracy against p.</p></figcaption></figure>'),
     "search-boxes": '<button class="btn search-button-field">Search</button>',
+    "error-output": _cell_output('<div class="output traceback highlight-ipythontb notranslate"><div class="highlight">'
+                                 '<pre>ParseSyntaxException: Unknown symbol: \\mathcal</pre></div></div>'),
     "duplicate-caption": _figure("Fig. 1.8 Accuracy against epochs.") + _figure("Fig. 1.9 Accuracy against epochs."),
 }
 # TeX in prose, every form: a lone dollar, a command, an inline or display delimiter, a $$ pair, a $...$ pair

@@ -76,6 +76,9 @@ class Chapter(abc.ABC):
     #: The range of each numeric parameter (:mod:`dpbook.checks`), checked before anything runs; a chapter's own
     #: extend the base's (:meth:`domains`). Names are checked against the chapter's lists in ``__post_init__``.
     DOMAINS: ClassVar[Mapping[str, checks.Domain]] = {"jobs": checks.integers(1, "runs at once")}
+    #: The :meth:`label` columns that describe one cell rather than a row of the paper's table (DP-PSASC's ``s``,
+    #: which only its own methods have): :meth:`paper_layout` leaves them out.
+    CELL_ONLY: ClassVar[tuple[str, ...]] = ()
 
     device: str = "auto"
     stand_ins: bool = False
@@ -301,6 +304,46 @@ class Chapter(abc.ABC):
             row.update(status=summary["status"], detail_columns=list(details), **details)
         self._compared[tuple(cells)] = rows
         return rows
+
+    def paper_layout(self, cells: Sequence[Hashable]) -> str:
+        """``cells`` as the paper lays them out: one row per setting (the :meth:`label` columns that vary over the
+        cells, but the method and :attr:`CELL_ONLY`), one column per method. A cell with results reads "paper → ours
+        (mean ± std over its seeds or searches), Δ difference", one without the paper's value alone (in bold where
+        the paper prints it so), one that cannot run "paper → unreachable (k)", with reason k under the table."""
+        compared = self.compared(cells)
+        labels = [self.label(row["cell"]) for row in compared]
+        settings = [k for k in labels[0] if k != "method" and k not in self.CELL_ONLY
+                    and len({str(label[k]) for label in labels}) > 1]
+        rows: dict[tuple, dict] = {}
+        reasons: dict[str, int] = {}
+        for row, label in zip(compared, labels):
+            summary, paper = self.summary(row["cell"]), self.paper_row(row["cell"]) or {}
+            line = rows.setdefault(tuple(str(label[k]) for k in settings), {k: label[k] for k in settings})
+            text = f"**{row['paper']}**" if paper.get("bold") else row["paper"]
+            if summary["status"].startswith("unreachable"):
+                k = reasons.setdefault(summary["reason"].splitlines()[0], len(reasons) + 1)
+                text += f" → unreachable ({k})"
+            elif row["n"]:
+                partial = " (partial)" if summary["status"] != "done" else ""
+                text += f" → {row['mean']:.2f} ± {row['std']:.2f}, Δ {row['difference']}{partial}"
+            line[str(label["method"])] = text
+        methods = list(dict.fromkeys(str(label["method"]) for label in labels))
+        notes = "".join(f"\n\n({k}) {reason}" for reason, k in reasons.items())
+        return results.markdown_table(list(rows.values()), [*settings, *methods]) + notes
+
+    def layout_table(self) -> str:
+        """The selected cells in the paper's layout (:meth:`paper_layout`), under the :meth:`caption` and the count
+        of cells with results; :meth:`table` gives each cell's detail."""
+        return self.caption() + self.count_line(self.selected) + self.paper_layout(self.selected) + \
+            reproduce.stand_in_note(self.stand_ins)
+
+    def count_line(self, cells: Sequence[Hashable]) -> str:
+        """How many of ``cells`` have results, and how to read a cell that has, for above a table."""
+        done, total = sum(row["n"] > 0 for row in self.compared(cells)), len(cells)
+        others = "" if done == total else "; the others show the paper's value alone"
+        legend = (" A cell with results reads: the paper's value → ours, the mean ± standard deviation over its seeds "
+                  "(or searches), and Δ, ours minus the paper's.") if done else ""
+        return f"*Cells with results: {done} of {total}{others}.*{legend}\n\n"
 
     def table(self) -> str:
         """The selected cells, paper vs reproduced, under the :meth:`caption`; while no cell has results, compactly:

@@ -457,33 +457,12 @@ class Reproduction(Chapter):
         return [c for t in TABLES for c in table_cells(t)]
 
     def table_text(self, t: str) -> str:
-        """Table ``t`` as the paper lays it out: a cell with results reads "paper → ours, Δ", one without reads the
-        paper's value alone, one that cannot run "paper → unreachable (k)" with reason k under the table."""
-        compared = self.compared(table_cells(t))
-        rows, reasons = {}, {}
-        for row in compared:
-            c, summary = row["cell"], self.summary(row["cell"])
-            line = rows.setdefault((c.model, c.dataset, c.epsilon), {
-                "model": MODEL_NAMES[c.model], "dataset": self.dataset_names[c.dataset], "epsilon": f"{c.epsilon:g}"})
-            paper_text = f"**{row['paper']}**" if self.paper_row(c).get("bold") else row["paper"]
-            if summary["status"].startswith("unreachable"):
-                k = reasons.setdefault(summary["reason"].splitlines()[0], len(reasons) + 1)
-                line[c.method] = f"{paper_text} → unreachable ({k})"
-            elif row["n"] == 0:
-                line[c.method] = paper_text
-            else:
-                partial = " (partial)" if summary["status"] != "done" else ""
-                line[c.method] = f"{paper_text} → {row['reproduced']}, Δ {row['difference']}{partial}"
-        table_methods = list(dict.fromkeys(row["cell"].method for row in compared))
-        done = sum(row["n"] > 0 for row in compared)
+        """Table ``t`` as the paper lays it out (:meth:`~dpbook.repro.papers.chapter.Chapter.paper_layout`), under
+        its title, protocol, optimizer and count of cells with results."""
+        cells = table_cells(t)
         header = (f"**Table {t}.** {paper_table(t)['title']} Protocol `{PROTOCOL[t]}`, optimizer `{OPTIMIZER[t]}`. "
-                  f"*Cells with results: {done} of {len(compared)}*" + (
-                      "; the others show the paper's value alone.\n\n" if done < len(compared) else ".\n\n"))
-        notes = "".join(f"\n\n({k}) {reason}" for reason, k in reasons.items())
-        return header + results.markdown_table(
-            list(rows.values()), ["model", "dataset", "epsilon", *table_methods],
-            ["model", "dataset", "ε", *[LABELS[m] for m in table_methods]]) + notes + reproduce.stand_in_note(
-            self.stand_ins)
+                  + self.count_line(cells))
+        return header + self.paper_layout(cells) + reproduce.stand_in_note(self.stand_ins)
 
     def selected_detail(self, only_with_results: bool) -> str | None:
         """The selected cells with status, chosen hyperparameters, sigma and sigma_H (None when there is none)."""

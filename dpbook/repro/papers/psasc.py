@@ -222,6 +222,8 @@ class Reproduction(Chapter):
         rows = results.paper_rows(paper_tables()[1], dataset=cell[0], method=cell[1])
         return rows[0] if rows else None
 
+    CELL_ONLY = ("s",)
+
     def label(self, cell: tuple[str, str]) -> dict[str, object]:
         dataset, method = cell
         return {"benchmark (model)": f"{dataset} ({settings()[dataset]['model']})", "method": LABELS[method],
