@@ -73,7 +73,8 @@ def test_tables_and_legends_name_methods_as_the_book_does(name):
     tables = [report.accuracy_table(cells, methods, epsilons, "none"),
               report.chosen_table(cells, module.GRIDS, methods, epsilons),
               report.versus_baseline(cells, methods, epsilons, "none")]
-    first_column = {line.split("|")[1].strip() for table in tables for line in table.splitlines()[2:]}
+    first_column = {line.split("|")[1].strip() for table in tables for line in table.splitlines()[2:]
+                    if line.startswith("|")}
     assert first_column == {method_label(m) for m in methods}
     fig = report.plot_accuracy(cells, methods, epsilons, delta="δ", title="t")
     legend = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
@@ -122,3 +123,16 @@ def test_the_digits_chapters_claims_pass_over_a_benchmark_still_running():
                  "seeds": 5, "z": 2.0, "db": digits_benchmark, "report": report, "results": results, "np": np}
     exec(claims, namespace)  # noqa: S102 (the notebook's own cell)
     assert not report.complete(running) and report.complete(synthetic_cells(digits_benchmark))
+
+
+def test_an_accuracy_table_states_its_seed_count_once():
+    """Every cell of a benchmark's table has the same number of seeds: the count is said once, under the table,
+    and a cell that has fewer (still training) says how many it has."""
+    module = BENCHMARKS["digits"][0]
+    cells = synthetic_cells(module)
+    methods, epsilons = list(module.METHODS), list(module.BENCHMARK.epsilons)
+    text = report.accuracy_table(cells, methods, epsilons, "none")
+    assert "(n=" not in text and text.endswith("Test accuracy (%), mean ± standard deviation over 2 seeds.")
+    cells[(methods[0], epsilons[0], "none")] = {**cells[(methods[0], epsilons[0], "none")], "values": [0.8]}
+    text = report.accuracy_table(cells, methods, epsilons, "none")
+    assert text.count("(n=1)") == 1 and text.endswith("over 2 seeds; a cell with fewer says how many.")

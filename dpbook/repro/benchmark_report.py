@@ -13,6 +13,8 @@ The papers' claims are one register, :data:`dpbook.repro.claims.CLAIMS`, which b
 
 from __future__ import annotations
 
+import collections
+
 __all__ = [
     "Cells", "WORDS", "cells", "status_line", "check_complete", "complete", "values", "accuracy_table",
     "epsilon_header", "unreachable", "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge",
@@ -101,19 +103,26 @@ def values(the_cells: Cells, method: str, epsilon: float, protocol: str) -> list
     return c["values"] if c is not None and c["status"] == "ok" and len(c["values"]) >= 2 else None
 
 
-def _cell_text(cell: Mapping) -> str:
-    """``"93.1 ± 0.4 (n=5)"`` in % test accuracy, or ``"unreachable"``."""
+def _cell_text(cell: Mapping, seeds: int | None = None) -> str:
+    """``"93.1 ± 0.4 (n=5)"`` in % test accuracy, without the count when it is the table's ``seeds``; or
+    ``"unreachable"``."""
     if cell["status"] == "unreachable":
         return "unreachable"
-    return results.mean_std_text(cell["values"], scale=100, digits=1)
+    return results.mean_std_text(cell["values"], scale=100, digits=1).removesuffix(f" (n={seeds})")
 
 
 def accuracy_table(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str) -> str:
-    """One protocol's cells as a Markdown table: a row per method, a column per epsilon."""
+    """One protocol's cells as a Markdown table: a row per method, a column per epsilon; the number of seeds is
+    said once, under the table (a cell with fewer, still training, says how many it has)."""
+    shown = [the_cells[(m, e, protocol)] for m in methods for e in epsilons]
+    counts = collections.Counter(len(c["values"]) for c in shown if c["status"] != "unreachable" and c["values"])
+    seeds = max(counts) if counts else None
     columns = [f"eps={e:g}" for e in epsilons]
     rows = [{"method": method_label(m),
-             **{c: _cell_text(the_cells[(m, e, protocol)]) for c, e in zip(columns, epsilons)}} for m in methods]
-    return results.markdown_table(rows, ["method", *columns], ["method", *map(epsilon_header, epsilons)])
+             **{c: _cell_text(the_cells[(m, e, protocol)], seeds) for c, e in zip(columns, epsilons)}} for m in methods]
+    note = "" if seeds is None else (f"\n\nTest accuracy (%), mean ± standard deviation over {seeds} seeds"
+                                     + ("; a cell with fewer says how many." if len(counts) > 1 else "."))
+    return results.markdown_table(rows, ["method", *columns], ["method", *map(epsilon_header, epsilons)]) + note
 
 
 def epsilon_header(epsilon: float) -> str:
