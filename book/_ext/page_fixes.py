@@ -9,10 +9,13 @@
 - A chapter (a notebook page) opens, under its title, with a link that runs it on Colab: the theme's launch button
   hides the same link in a menu. The link is the theme's, built from ``_config.yml``'s repository and
   ``launch_buttons.colab_url``.
+- A reading's id (``DCSGD-17``, ``DPDR-20``, ``PSASC-13``) links, wherever the text cites it, to its row of the
+  Readings chapter, and each row of that chapter's tables is the anchor of its id.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from docutils import nodes
@@ -69,8 +72,59 @@ def _colab_link(app, doctree, docname) -> None:
     section.insert(1, link)
 
 
+#: The Readings chapter, and a reading's id as the text cites it.
+READINGS = "book/readings"
+READING_ID = re.compile(r"\b(?:DCSGD|DPDR|PSASC)-\d+\b")
+#: Text inside these is not prose: code, a formula, a link already, a title.
+_NOT_PROSE = (nodes.literal, nodes.literal_block, nodes.reference, nodes.math, nodes.math_block, nodes.raw,
+              nodes.title, nodes.target)
+
+
+def reading_anchor(reading: str) -> str:
+    """The anchor of a reading's row in the Readings chapter.
+
+    >>> reading_anchor("DCSGD-17")
+    'dcsgd-17'
+    """
+    return reading.lower()
+
+
+def _in(node, kinds) -> bool:
+    while node is not None:
+        if isinstance(node, kinds):
+            return True
+        node = node.parent
+    return False
+
+
+def _readings_links(app, doctree, docname) -> None:
+    if app.builder.format != "html":
+        return
+    if docname == READINGS:  # each row whose first cell is an id is that id's anchor
+        for row in doctree.findall(nodes.row):
+            first = row.children[0].astext().strip() if row.children else ""
+            if READING_ID.fullmatch(first):
+                row["ids"].append(reading_anchor(first))
+    page = "" if docname == READINGS else app.builder.get_relative_uri(docname, READINGS)
+    for text in list(doctree.findall(nodes.Text)):
+        if text.parent is None or _in(text.parent, _NOT_PROSE) or not READING_ID.search(text):
+            continue
+        if docname == READINGS and _in(text.parent, nodes.entry) and READING_ID.fullmatch(text.astext().strip()):
+            continue  # the id cell of its own row
+        pieces, at = [], 0
+        for match in READING_ID.finditer(text):
+            pieces.append(nodes.Text(text[at:match.start()]))
+            pieces.append(nodes.reference(match.group(), match.group(), internal=True, classes=["reading-link"],
+                                          refuri=f"{page}#{reading_anchor(match.group())}"))
+            at = match.end()
+        pieces.append(nodes.Text(text[at:]))
+        text.parent.replace(text, [p for p in pieces if not isinstance(p, nodes.Text) or p.astext()])
+
+
 def setup(app):
     app.connect("doctree-resolved", _colab_link)
+    app.connect("doctree-resolved", _readings_links)
     app.connect("html-page-context", _unique_scripts, priority=100)  # first: a handler may end the event
     app.connect("html-page-context", _search_page_scripts)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}
+    # env_version: a change of what this extension does to the pages rebuilds every page (bump it with the change)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 2}

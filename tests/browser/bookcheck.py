@@ -174,6 +174,19 @@ _PAGE_FACTS = r"""
     if (n.textContent.trim() && !n.parentElement.closest(hidden))
       readerTexts.push({text: n.textContent, output: !!n.parentElement.closest('.cell_output pre')});
   }
+  // a reading's id cited in the text and not linked to its row of the Readings chapter (book/_ext/page_fixes.py)
+  const unlinkedReadings = [];
+  const readingId = /\b(?:DCSGD|DPDR|PSASC)-\d+\b/;
+  const idWalker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  for (let n = idWalker.nextNode(); n; n = idWalker.nextNode()) {
+    const p = n.parentElement;
+    if (!readingId.test(n.textContent) || p.closest('a, code, pre, script, style, mjx-container, h1, h2, h3, h4'))
+      continue;
+    const cell = p.closest('td');
+    if (cell && !cell.previousElementSibling && readingId.test(cell.textContent.trim())
+        && cell.textContent.trim().match(readingId)[0] === cell.textContent.trim()) continue;  // a row's own id
+    unlinkedReadings.push(n.textContent.trim().slice(0, 80));
+  }
   const mathItems = (window.MathJax && MathJax.startup && MathJax.startup.document)
       ? Array.from(MathJax.startup.document.math).map(m => m.math) : [];
   const imgs = Array.from(main.querySelectorAll('img')).map(img => {
@@ -247,7 +260,7 @@ _PAGE_FACTS = r"""
                                        : `<${el.tagName.toLowerCase()} class="${el.className}">`) : '';
   }
   return {
-    texts, mathItems, readerTexts,
+    texts, mathItems, readerTexts, unlinkedReadings,
     unTypeset: Array.from(main.querySelectorAll('.math'))
         .filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80)),
     mathErrors: Array.from(document.querySelectorAll('mjx-merror'))
@@ -417,6 +430,9 @@ class BookBrowser:
         for text in facts["texts"]:  # prose, outside code and typeset maths
             if found := _TEX_IN_PROSE.search(text):
                 add("raw-math", f"TeX left in the text ({found.group()!r}): {text.strip()[:100]!r}")
+        for text in facts["unlinkedReadings"]:
+            add("reading-not-linked", f"a reading's id is not a link to its row of the Readings chapter "
+                                      f"(book/_ext/page_fixes.py): {text!r}")
         for marker in (str(ROOT), "site-packages"):
             if marker in facts["pageText"]:
                 at = facts["pageText"].index(marker)

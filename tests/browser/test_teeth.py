@@ -107,6 +107,7 @@ INSERTED = {
     "caption-without-figure": ('<figure><p><em>Fig. 5, not run yet: MNIST/CNN.</em></p>'
                                '<figcaption><p>Fig. 1.9 Accuracy against p.</p></figcaption></figure>'),
     "search-boxes": '<button class="btn search-button-field">Search</button>',
+    "reading-not-linked": "<p>The paper's threshold is read as DCSGD-7 says.</p>",
     "error-output": _cell_output('<div class="output traceback highlight-ipythontb notranslate"><div class="highlight">'
                                  '<pre>ParseSyntaxException: Unknown symbol: \\mathcal</pre></div></div>'),
     "duplicate-caption": _figure("Fig. 1.8 Accuracy against epochs.") + _figure("Fig. 1.9 Accuracy against epochs."),
