@@ -294,8 +294,10 @@ def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence
             d = results.difference(va, vb, z=z)
             row[f"eps={e:g}"] = f"{100 * d['diff']:+.1f} ± {100 * d['se']:.1f} {mark[d['sign']]}"
         rows.append(row)
+    key = (f"\n\nEach cell: the method's test accuracy minus {method_label(baseline)}'s, in points, ± the standard "
+           f"error of the difference; ▲ above by more than {z:g} standard errors, ▼ below by more, · within noise.")
     return results.markdown_table(rows, ["method"] + [f"eps={e:g}" for e in epsilons],
-                                  ["method", *map(epsilon_header, epsilons)])
+                                  ["method", *map(epsilon_header, epsilons)]) + key
 
 
 def against(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str, *,
