@@ -209,9 +209,11 @@ def dry_run(chapter: Chapter, *, steps: int = 2, warmup: int = 1, cells: list[Ha
 
 def _hours(seconds: float) -> str:
     """
-    >>> _hours(5400), _hours(86400 * 10)
-    ('1.5 h', '240 h (10 days)')
+    >>> _hours(5400), _hours(86400 * 10), _hours(170), _hours(20)
+    ('1.5 h', '240 h (10 days)', '3 min', 'under a minute')
     """
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min" if seconds >= 30 else "under a minute"
     hours = f"{seconds / 3600:,.1f} h" if seconds < 36000 else f"{seconds / 3600:,.0f} h"
     return hours if seconds < 86400 * 3 else f"{hours} ({seconds / 86400:,.0f} days)"
 
@@ -383,8 +385,9 @@ def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
             seconds, key = min(priced)
             cell = records[kind]["cells"][key]
             label = ", ".join(f"{k} {v}" for k, v in cell.get("label", {}).items() if v != "")
-            text += (f"**The cheapest cell still empty** ({label}) takes {cell['runs']} runs of "
-                     f"{cell['steps_per_run']:,} steps: {_hours(seconds)} on {recorded_on(records[kind])}.\n\n")
+            runs = f"{cell['runs']} run{'s' * (cell['runs'] != 1)}"
+            text += (f"**The cheapest cell still empty** ({label}) takes {runs} of {cell['steps_per_run']:,} "
+                     f"steps: {_hours(seconds)} on {recorded_on(records[kind])}.\n\n")
     names = {kind: f"the rest on {recorded_on(record)}" for kind, record in records.items()}
     return text + results.markdown_table(list(tables.values()), ["table", "cells", "done", *records],
                                           ["table", "cells", "with results", *names.values()])
