@@ -13,8 +13,6 @@ The papers' claims are one register, :data:`dpbook.repro.claims.CLAIMS`, which b
 
 from __future__ import annotations
 
-import collections
-
 __all__ = [
     "Cells", "WORDS", "cells", "status_line", "check_complete", "complete", "values", "accuracy_table",
     "epsilon_header", "unreachable", "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge",
@@ -23,6 +21,7 @@ __all__ = [
     "setting_noise"
 ]
 
+import collections
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -212,13 +211,14 @@ def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Seque
                 sigma = the_cells[(m, e, protocol)]["sigma"]
                 if sigma is not None:
                     axs[1].scatter(G, sigma, marker=marker, color=method_colour(m), s=14 + 6 * e)
-    markers = ", ".join(f"{marker}: {protocol}" for protocol, marker in CHARGED.items())
+    for protocol, marker in CHARGED.items():  # the legend's key to the shapes
+        axs[0].scatter([], [], marker=marker, color="0.45", label=f"charged by {protocol.upper()}")
     axs[0].set(xscale="log", xlabel="grid size G (log)", ylabel="accuracy lost to tuning cost (points)",
-               title=f"none − charged\n(marker size grows with ε; {markers})")
+               title="free minus charged tuning\n(colour: method; shape: protocol; size grows with ε)")
     axs[1].set(xscale="log", yscale="log", xlabel="grid size G (log)", ylabel="noise multiplier σ of each run (log)",
-               title=f"σ of the charged runs\n({markers})")
+               title="σ of the charged runs\n(colour: method; shape: protocol)")
     axs[0].axhline(0, color="black", lw=0.8)
-    legend_below(fig, axs, ncols=6)
+    legend_below(fig, axs, ncols=5)
     for ax in axs:
         ax.grid(alpha=0.3)
     fig.suptitle(title)
