@@ -175,7 +175,6 @@ TWO_MEANINGS: dict[str, str] = {
     "m": "layers; DP-PSASC's per-example momentum; canaries",
     "c_i": "DPDR's clip factors; a clipped gradient (bounds)",
     "\\xi": "the previous release's noise; a standard Gaussian vector; sampling noise",
-    "f": "DP-PSASC's loss; a least-squares loss",
     "\\tau": "sampling noise; an audit's score threshold",
     "\\mu": "a mean gradient (bounds); the GDP parameter",
     "z": "the canary; a cut-off in standard errors",

@@ -107,7 +107,7 @@ def _cell_text(cell: Mapping, seeds: int | None = None) -> str:
     ``"unreachable"``."""
     if cell["status"] == "unreachable":
         return "unreachable"
-    return results.mean_std_text(cell["values"], scale=100, digits=1).removesuffix(f" (n={seeds})")
+    return results.mean_std_text(cell["values"], scale=100, digits=1, seeds=seeds)
 
 
 def accuracy_table(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str) -> str:

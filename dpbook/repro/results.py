@@ -308,13 +308,16 @@ def format_mean_std(mean: float, std: float, n: int, *, digits: int = 2, spec: s
     return f"{mean:{spec}} ± {std:{spec}} (n={n})"
 
 
-def mean_std_text(values: Iterable[float], *, scale: float = 1.0, digits: int = 2, spec: str | None = None) -> str:
-    """:func:`format_mean_std` of :func:`mean_std` of the values times ``scale`` (e.g. 100 for accuracies in %).
+def mean_std_text(values: Iterable[float], *, scale: float = 1.0, digits: int = 2, spec: str | None = None,
+                  seeds: int | None = None) -> str:
+    """:func:`format_mean_std` of :func:`mean_std` of the values times ``scale`` (e.g. 100 for accuracies in %);
+    without the count when it is ``seeds``, the count a table states once for all its cells.
 
-    >>> mean_std_text([0.91, 0.93], scale=100)
-    '92.00 ± 1.41 (n=2)'
+    >>> mean_std_text([0.91, 0.93], scale=100), mean_std_text([0.91, 0.93], scale=100, seeds=2)
+    ('92.00 ± 1.41 (n=2)', '92.00 ± 1.41')
     """
-    return format_mean_std(*mean_std([scale * float(v) for v in values]), digits=digits, spec=spec)
+    text = format_mean_std(*mean_std([scale * float(v) for v in values]), digits=digits, spec=spec)
+    return text.removesuffix(f" (n={seeds})") if seeds else text
 
 
 def final_metric(record: Mapping, metric: str = "test_accuracy") -> float:
