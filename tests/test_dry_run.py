@@ -113,7 +113,7 @@ def check_cost_table(study, cells, output, record):
                                                * record["combinations"][c["combination"]]["step_s"] for c in mine))
         assert row["gpu_text"] == "not measured"
     text = dry_run.cost_table(study, output.parent)
-    assert f"| table | cells | runs | steps | time on the {dry_run.machine(record)} | GPU time |" in text
+    assert f"| table | cells | runs | steps | time on {dry_run.recorded_on(record)} | GPU time |" in text
     assert "not measured" in text
     assert "No dry-run record yet" in dry_run.cost_table(study, output.parent / "absent")
 

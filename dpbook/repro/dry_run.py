@@ -304,8 +304,8 @@ def cost_table(study: str, root: Path = DRY_RUN_DIR) -> str:
                      f"`python -m dpbook.repro.dry_run {study} --force` on that device measures again.\n\n")
     return text + results.markdown_table(
         rows, ["table", "cells", "runs", "steps", "cpu_text", "gpu_text", "failed_text", "big"],
-        ["table", "cells", "runs", "steps", f"time on the {machine(cpu)}" if cpu else "CPU time",
-         f"time on the {machine(gpu)}" if gpu else "GPU time", "cells that failed to build", "cells above 15 GB"])
+        ["table", "cells", "runs", "steps", f"time on {recorded_on(cpu)}" if cpu else "CPU time",
+         f"time on {recorded_on(gpu)}" if gpu else "GPU time", "cells that failed to build", "cells above 15 GB"])
 
 
 def stale_parameters(study: str, record: dict) -> list[str]:
@@ -338,17 +338,12 @@ def machine(record: dict) -> str:
 
 
 def recorded_on(record: dict) -> str:
-    """The machine a dry-run record measured, with its article, and the record's date.
+    """The machine a dry-run record measured, and the record's date.
 
     >>> recorded_on({"provenance": {"device": "cuda: NVIDIA H200", "created": "2026-11-26T15:24:02+00:00"}})
-    'an NVIDIA H200 (measured 2026-11-26)'
+    'the NVIDIA H200 (measured 2026-11-26)'
     """
-    name = machine(record)
-    word = name.split()[0]
-    # "an" before a vowel sound: a vowel, an initialism read letter by letter (NVIDIA), an 8, 11 or 18
-    vowel = word[0] in "AEIOUaeiou" or (word.isupper() and word[0] in "AEFHILMNORSX") or \
-        re.match(r"(8|11|18)(\D|$)", word) is not None
-    return f"{'an' if vowel else 'a'} {name} (measured {record['provenance']['created'][:10]})"
+    return f"the {machine(record)} (measured {record['provenance']['created'][:10]})"
 
 
 def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:

@@ -160,32 +160,24 @@ _PAGE_FACTS = r"""
   // a box is not enough: the element must also lie outside every closed <details> ('Show code' toggles).
   const visible = el => !!(el.offsetParent || el.getClientRects().length)
                         && !(el.parentElement && el.parentElement.closest('details:not([open])'));
+  // one walk over the page's text, sorted three ways: prose outside code and formulas (TeX left in it); what a
+  // reader reads, prose and printed outputs, not code, formulas or what a closed toggle hides (scaffolding); a
+  // reading's id cited in the text and not linked to its row of the Readings chapter (book/_ext/page_fixes.py)
   const skip = 'pre, code, script, style, textarea, mjx-container, .math, .highlight, mjx-assistive-mml';
-  const texts = [];
+  const hidden = '.cell_input, script, style, mjx-container, mjx-assistive-mml, details:not([open])';
+  const readingId = /\b(?:DCSGD|DPDR|PSASC)-\d+\b/;
+  const texts = [], readerTexts = [], unlinkedReadings = [];
   const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-    if (!n.parentElement.closest(skip) && n.textContent.trim()) texts.push(n.textContent);
-  }
-  // what a reader reads: prose and printed outputs, not code, formulas or what a closed toggle hides
-  const readerTexts = [];
-  const hidden = '.cell_input, script, style, mjx-container, mjx-assistive-mml, details:not([open])';
-  const readerWalker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
-  for (let n = readerWalker.nextNode(); n; n = readerWalker.nextNode()) {
-    if (n.textContent.trim() && !n.parentElement.closest(hidden))
-      readerTexts.push({text: n.textContent, output: !!n.parentElement.closest('.cell_output pre')});
-  }
-  // a reading's id cited in the text and not linked to its row of the Readings chapter (book/_ext/page_fixes.py)
-  const unlinkedReadings = [];
-  const readingId = /\b(?:DCSGD|DPDR|PSASC)-\d+\b/;
-  const idWalker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
-  for (let n = idWalker.nextNode(); n; n = idWalker.nextNode()) {
-    const p = n.parentElement;
-    if (!readingId.test(n.textContent) || p.closest('a, code, pre, script, style, mjx-container, h1, h2, h3, h4'))
-      continue;
+    const p = n.parentElement, text = n.textContent;
+    if (!text.trim()) continue;
+    if (!p.closest(skip)) texts.push(text);
+    if (!p.closest(hidden)) readerTexts.push({text, output: !!p.closest('.cell_output pre')});
     const cell = p.closest('td');
-    if (cell && !cell.previousElementSibling && readingId.test(cell.textContent.trim())
-        && cell.textContent.trim().match(readingId)[0] === cell.textContent.trim()) continue;  // a row's own id
-    unlinkedReadings.push(n.textContent.trim().slice(0, 80));
+    const ownId = cell && !cell.previousElementSibling && readingId.test(cell.textContent)
+                  && cell.textContent.trim() === cell.textContent.trim().match(readingId)[0];
+    if (readingId.test(text) && !ownId && !p.closest('a, code, pre, script, style, mjx-container, h1, h2, h3, h4'))
+      unlinkedReadings.push(text.trim().slice(0, 80));
   }
   const mathItems = (window.MathJax && MathJax.startup && MathJax.startup.document)
       ? Array.from(MathJax.startup.document.math).map(m => m.math) : [];
