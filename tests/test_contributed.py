@@ -52,7 +52,7 @@ def edit(path: Path, change) -> Path:
 
 def test_a_real_run_passes_and_its_chapter_renders_it(original):
     verdict = contributed.check_file(original, STAND_IN)
-    assert verdict[:2] == ("benchmark (model) mnist (mnist_cnn), method DP-SGD", [])  # notes: this checkout's
+    assert verdict[:2] == ("benchmark MNIST, model CNN, method DP-SGD", [])  # notes: this checkout's
     accuracy = results.final_metric(results.read_result(original))
     table = psasc.Reproduction(**STAND_IN, results_dir=str(original.parents[2])).table()
     assert f"| {100 * accuracy:.2f} (n=1) |" in table
@@ -77,7 +77,7 @@ def test_a_path_relative_to_the_results_folder_passes(original, monkeypatch):
 def test_without_the_parameters_it_ran_with_the_chapter_plans_no_such_run(original):
     (problem,) = contributed.check_file(original).problems
     assert problem.startswith("no cell of the psasc chapter at its defaults (the paper's settings) plans this run: "
-                              "the nearest cell, benchmark (model) mnist (mnist_cnn), method DP-SGD, differs in "
+                              "the nearest cell, benchmark MNIST, model CNN, method DP-SGD, differs in "
                               "dataset 'mnist5k' (the cell's 'mnist'); epochs 1 (the cell's 20)")
     assert "-p NAME VALUE" in problem
 
@@ -197,7 +197,7 @@ def test_the_command_line_prints_a_line_per_problem_and_exits_1(original, copy, 
     args = [arg for name, value in STAND_IN.items() for arg in ("-p", name, json.dumps(value))]
     assert contributed.main(["check", str(original.parents[2]), *args]) == 0
     printed = [line for line in capsys.readouterr().out.splitlines() if ": note: " not in line]  # this checkout's
-    assert printed == [f"{original}: ok, benchmark (model) mnist (mnist_cnn), method DP-SGD",
+    assert printed == [f"{original}: ok, benchmark MNIST, model CNN, method DP-SGD",
                        "1 file(s) checked, 0 with problems"]
     edit(copy, set_in(("final", "train_loss"), 0.1))
     edit(copy, set_in(("epsilon_spent",), 3.5))

@@ -132,7 +132,7 @@ def test_the_status_counts_the_cells_and_prices_those_without_results(tmp_path):
     assert f"| table | cells | with results | the rest on {machine} |" in text  # no GPU record: no GPU column
     assert f"| III | 2 | 0 | {hours} (1 of 2 cells) |" in text
     # the one cell the record measured is the cheapest one still empty, named with its runs and hours
-    assert (f"**The cheapest cell still empty** (benchmark (model) mnist (mnist_cnn), method DP-SGD) takes "
+    assert (f"**The cheapest cell still empty** (benchmark MNIST, model CNN, method DP-SGD) takes "
             f"{cell['runs']} run{'s' * (cell['runs'] != 1)} of {cell['steps_per_run']:,} steps: {hours} on "
             f"{machine}.") in text
 

@@ -62,9 +62,9 @@ def test_psasc_table_and_figure_on_no_results(tmp_path):
     # compact while nothing has run: the paper's value and the status, one short line per cell
     assert text.count("not run yet") == len(rep.cells) and "reproduced" not in text
     assert f"No cell has results yet (0 of {len(rep.cells)})" in text
-    assert "| mnist (mnist_cnn) | DP-PSASC | 0.9 |" in text
+    assert "| MNIST | CNN | DP-PSASC | 0.9 |" in text
     settings_text = rep.settings_table()  # two tables of two rows each, every column's header once
-    assert "σ" in settings_text and settings_text.count("\n") == 8 and settings_text.count("| mnist (mnist_cnn) |") == 2
+    assert "σ" in settings_text and settings_text.count("\n") == 8 and settings_text.count("| MNIST, CNN |") == 2
     assert rep.curves_figure() == (None, ["mnist", "celeba"])  # no empty panels: the benchmarks are named instead
 
 

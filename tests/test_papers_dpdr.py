@@ -10,6 +10,7 @@ import pytest
 
 from dpbook.repro import reproduce, results
 from dpbook.repro.papers import dpdr
+from dpbook.repro.papers.chapter import model_title
 from dpbook.repro.papers.dpdr import ROWS, Reproduction, crossing, table2
 
 matplotlib.use("Agg")
@@ -71,7 +72,7 @@ def test_group_norm_trains_table_1s_models_with_the_papers_groupnorm(group_norm,
                        C_grid=[1.0], batch_size=32, epochs=1, smoke=True, results_dir=str(tmp_path))
     for dataset, model in trained.items():
         assert {rep.base_of(key, dataset, 3.0).model for key in ROWS} == {model}
-        assert rep.label((dataset, 3.0, "dpdr"))["dataset (model)"] == f"{dataset} ({model})"
+        assert rep.label((dataset, 3.0, "dpdr"))["model"] == model_title(model)
     fake_results(rep, reproduce.search(*rep.spec(("mnist", 3.0, "dpsgd"))), lambda run: 0.8)
     points, _ = rep.figure6_points()
     assert {run.model for runs in points.values() for _, run in runs} == {trained["mnist"]}
@@ -134,9 +135,9 @@ def test_the_table_says_not_run_yet_without_results(tmp_path):
         waits = any(f"| {dpdr.label(k)} |" in row for k in ("dpdr", "diff", "diff2"))
         assert ("| waits for DP-SGD's grid |" if waits else "| not run yet |") in row, row
     # Table 1's row order: method (as the paper), then dataset
-    assert [r.split(" | ")[1:3] for r in rows[:3]] == [["DPDR", "mnist (mnist_cnn_gn)"],
-                                                       ["DPDR", "cifar10 (cifar10_cnn_gn)"],
-                                                       ["AutoClip", "mnist (mnist_cnn_gn)"]]
+    assert [r.split(" | ")[1:4] for r in rows[:3]] == [["DPDR", "MNIST", "CNN with GroupNorm"],
+                                                       ["DPDR", "CIFAR10", "CNN with GroupNorm"],
+                                                       ["AutoClip", "MNIST", "CNN with GroupNorm"]]
     assert "stand-in" not in text and "MNIST-5k" in Reproduction(stand_ins=True, datasets=["mnist"],
                                                                  results_dir=str(tmp_path)).table()
 
@@ -154,9 +155,9 @@ def test_the_figures_without_results_are_empty_and_say_why(tmp_path):
 
 def test_the_noise_table_sets_ours_next_to_table_2():
     text = Reproduction(datasets=["mnist"], epsilons=[3.0], methods=["dpdr"]).noise_table()
-    (row,) = [line for line in text.splitlines() if line.startswith("| mnist")]
+    (row,) = [line for line in text.splitlines() if line.startswith("| MNIST")]
     # T = 20 epochs of round(N / B) steps; DP-SGD's sigma is Table 2's sigma_g to 3 digits
-    assert row.startswith("| mnist (mnist_cnn_gn) | 3 | 60000 | 256 | 4680 | 0.00427 | 0.8032 |")
+    assert row.startswith("| MNIST, CNN with GroupNorm | 3 | 60000 | 256 | 4680 | 0.00427 | 0.8032 |")
     assert row.endswith("| 0.803 / 0.81 / 2 |")
     assert "(ours, s = 50)" in text
 

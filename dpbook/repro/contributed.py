@@ -279,10 +279,6 @@ you ran the chapter with
     return cls(**{**parameters, "results_dir": str(root)})
 
 
-def _label(chapter: Chapter, cell) -> str:
-    return ", ".join(f"{k} {v}" for k, v in chapter.label(cell).items() if v != "")
-
-
 def _differences(exp: Experiment, base: Experiment) -> list[str]:
     return [f"{name} {getattr(exp, name)!r} (the cell's {getattr(base, name)!r})" for name in CELL_FIELDS
             if getattr(exp, name) != getattr(base, name)]
@@ -308,13 +304,13 @@ def cell_of(chapter: Chapter, exp: Experiment) -> tuple[str | None, str]:
         except (ValueError, FileNotFoundError):
             continue  # a cell that cannot run plans no run
         if found is None:
-            waiting.append(f"{_label(chapter, cell)} waits for the grid of "
-                           f"{_label(chapter, chapter.prerequisite(cell))}")
+            waiting.append(f"{chapter.label_text(cell)} waits for the grid of "
+                           f"{chapter.label_text(chapter.prerequisite(cell))}")
             continue
         if not differences:
-            return _label(chapter, cell), ""
+            return chapter.label_text(cell), ""
         if nearest is None or len(differences) < len(nearest[1]):
-            nearest = (_label(chapter, cell), differences)
+            nearest = (chapter.label_text(cell), differences)
     if exp.key() in {run.key() for run in chapter.figure_runs()}:
         return "a point of the chapter's figures", ""
     why = [f"the nearest cell, {nearest[0]}, differs in {'; '.join(nearest[1])}"] if nearest else []

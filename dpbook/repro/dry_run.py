@@ -355,7 +355,8 @@ def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
     measured step)."""
     records = {kind: record for kind in ("cpu", "cuda") if (record := _read(record_path(study, kind, root)))}
     tables: dict[str, dict] = {}
-    for cell in chapter.shown_cells():
+    cells = {json.dumps(list(cell)): cell for cell in chapter.shown_cells()}
+    for cell in cells.values():
         row = tables.setdefault(chapter.table_of(cell), {"table": chapter.table_of(cell), "cells": 0, "done": 0,
                                                          "empty": []})
         row["cells"] += 1
@@ -379,7 +380,7 @@ def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
         if priced:
             seconds, key = min(priced)
             cell = records[kind]["cells"][key]
-            label = ", ".join(f"{k} {v}" for k, v in cell.get("label", {}).items() if v != "")
+            label = chapter.label_text(cells[key])
             runs = f"{cell['runs']} run{'s' * (cell['runs'] != 1)}"
             text += (f"**The cheapest cell still empty** ({label}) takes {runs} of {cell['steps_per_run']:,} "
                      f"steps: {_hours(seconds)} on {recorded_on(records[kind])}.\n\n")

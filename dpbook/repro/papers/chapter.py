@@ -19,7 +19,7 @@ the book walks through a new one.
 
 from __future__ import annotations
 
-__all__ = ["OPERATIONAL", "MODES", "Chapter", "method_labels"]
+__all__ = ["OPERATIONAL", "MODES", "MODEL_TITLES", "Chapter", "method_labels", "model_title"]
 
 import abc
 import dataclasses
@@ -33,6 +33,21 @@ from dpbook.repro.coverage import Item, coverage_table
 from dpbook.repro.experiment import Experiment, load_task_data
 from dpbook.repro.plotting import method_label
 from dpbook.repro.sources import Source, sources_table
+
+#: The models of the papers' tables by the names the papers print (the registry's: :data:`dpbook.models.MODELS`).
+MODEL_TITLES = {"mnist_cnn": "CNN", "cifar10_cnn": "CNN", "resnet18_gn": "ResNet18", "resnet34_gn": "ResNet34",
+                "resnet9": "ResNet9", "linear_classifier": "linear", "bert_base": "BERT-base", "char_lstm": "LSTM"}
+
+
+def model_title(name: str) -> str:
+    """The name a table prints for the registry's model ``name``; a ``_gn`` variant the book adds says so.
+
+    >>> model_title("resnet18_gn"), model_title("mnist_cnn_gn")
+    ('ResNet18', 'CNN with GroupNorm')
+    """
+    if name in MODEL_TITLES:
+        return MODEL_TITLES[name]
+    return f"{MODEL_TITLES[name.removesuffix('_gn')]} with GroupNorm"
 
 
 def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -141,6 +156,10 @@ class Chapter(abc.ABC):
     def label(self, cell: Hashable) -> dict[str, object]:
         """The columns that name ``cell`` in the table: ``{header: value}``."""
 
+    def label_text(self, cell: Hashable) -> str:
+        """:meth:`label` on one line, for a sentence: ``"header value, ..."`` (empty values left out)."""
+        return ", ".join(f"{k} {v}" for k, v in self.label(cell).items() if v != "")
+
     def repetitions(self, base: Experiment) -> int:
         """Re-runs of the best point (protocol "none"), or independent searches, of a cell: ``seeds``."""
         return int(self.seeds)
@@ -216,7 +235,7 @@ class Chapter(abc.ABC):
             try:
                 runs += self.cell_runs(cell)
             except (ValueError, FileNotFoundError) as err:
-                self.note(", ".join(f"{k} {v}" for k, v in self.label(cell).items()), err)
+                self.note(self.label_text(cell), err)
         return runs + self.figure_runs()
 
     def note(self, what: str, err: ValueError | FileNotFoundError) -> None:

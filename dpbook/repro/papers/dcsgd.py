@@ -41,7 +41,7 @@ from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter, method_labels
+from dpbook.repro.papers.chapter import MODEL_TITLES, Chapter, method_labels
 from dpbook.repro.params import check_known, listing
 from dpbook.repro.sources import Source
 from dpbook.tasks import TASKS
@@ -53,8 +53,7 @@ TABLES = {"II": 2, "III": 3, "IV": 4, "V": 5, "VIII": 8}
 PROTOCOL = {"II": "lt", "III": "rdp", "IV": "none", "V": "none", "VIII": "none"}
 OPTIMIZER = {"II": "adam", "III": "adam", "IV": "adam", "V": "sgd-momentum", "VIII": "adam"}
 PAPER_EPOCHS = {"mnist_cnn": 10, "resnet18_gn": 20, "resnet34_gn": 20, "bert_base": 5, "char_lstm": 20}
-MODEL_NAMES = {"mnist_cnn": "CNN", "resnet18_gn": "ResNet18", "resnet34_gn": "ResNet34", "bert_base": "BERT-base",
-               "char_lstm": "LSTM"}
+MODEL_NAMES = {key: MODEL_TITLES[key] for key in ("mnist_cnn", "resnet18_gn", "resnet34_gn", "bert_base", "char_lstm")}
 #: The paper's datasets, in its tables' order, by their titles in the task registry.
 DATASET_NAMES = {key: TASKS[key].title for key in ("mnist", "cifar10", "svhn", "qnli", "names")}
 #: The methods the paper compares, in its tables' order, and their labels (the paper calls Auto-S "AutoClip").

@@ -45,10 +45,11 @@ from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter, method_labels
+from dpbook.repro.papers.chapter import Chapter, method_labels, model_title
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import Panels, axes, method_colour
 from dpbook.repro.sources import Source
+from dpbook.tasks import TASKS
 from dpbook.tuning import grid_product
 
 STUDY = "dpdr"
@@ -265,6 +266,10 @@ class Reproduction(Chapter):
         name = models()[dataset]
         return name + "_gn" if self.group_norm and not name.endswith("_gn") else name
 
+    def setting_of(self, dataset: str) -> str:
+        """The dataset and model of a figure's title, as the paper names them."""
+        return f"{TASKS[dataset].title}, {model_title(self.model_of(dataset))}"
+
     def base_of(self, key: str, dataset: str, epsilon: float) -> Experiment:
         method, optimizer = method_of(key)
         exp = Experiment(study=STUDY, dataset=dataset, model=self.model_of(dataset), method=method,
@@ -314,7 +319,8 @@ class Reproduction(Chapter):
 
     def label(self, cell: tuple[str, float, str]) -> dict[str, object]:
         dataset, epsilon, key = cell
-        return {"ε": epsilon, "method": label(key), "dataset (model)": f"{dataset} ({self.model_of(dataset)})"}
+        return {"ε": epsilon, "method": label(key), "dataset": TASKS[dataset].title,
+                "model": model_title(self.model_of(dataset))}
 
     def details(self, cell: tuple, summary: dict) -> dict[str, object]:
         sigma = summary["sigma"]
@@ -382,7 +388,7 @@ class Reproduction(Chapter):
             base = self.base_of("dpsgd", dataset, epsilon)
             plan = reproduce.plan(base, 1)
             printed = (table2(dataset, epsilon, q) for q in ("sigma_g", "sigma_perp", "sigma_alpha"))
-            row = {"dataset": f"{dataset} ({base.model})", "epsilon": f"{epsilon:g}",
+            row = {"dataset": self.setting_of(dataset), "epsilon": f"{epsilon:g}",
                    "N": reproduce.training_size(base), "B": base.batch_size, "T": plan.steps,
                    "q": f"{plan.sample_rate:.5f}", "sigma": f"{plan.sigma:.4f}",
                    "paper": " / ".join(f"{v:g}" if v is not None else "–" for v in printed)}
@@ -396,7 +402,7 @@ class Reproduction(Chapter):
             rows.append(row)
         return results.markdown_table(
             rows, ["dataset", "epsilon", "N", "B", "T", "q", "sigma", "dpdr", "paper"],
-            ["dataset (model)", "ε", "N", "B", "T (steps)", "q", "σ (DP-SGD, ours)",
+            ["dataset, model", "ε", "N", "B", "T (steps)", "q", "σ (DP-SGD, ours)",
              f"DPDR σ_g / σ_⊥ / σ_α (ours, s = {self.s})", "Table 2: σ_g / σ_⊥ / σ_α"])
 
     @staticmethod
@@ -430,7 +436,7 @@ class Reproduction(Chapter):
         if not curves:
             return Panels(None, [])
         fig, (ax_a, ax_b, ax_c) = plt.subplots(3, 1, figsize=(8, 11), layout="constrained")
-        title = f"{self.fig_dataset}, {self.model_of(self.fig_dataset)}, ε = {float(self.fig5_epsilon):g}"
+        title = f"{self.setting_of(self.fig_dataset)}, ε = {float(self.fig5_epsilon):g}"
         level = float(self.fig5_accuracy_level)
         axes(f"(a) Test accuracy during training\n{title}", "step (optimizer updates)", "test accuracy (%)", ax=ax_a)
         axes(f"(b) Test accuracy against the privacy spent\n{title}", "ε spent so far (RDP, δ as in Table 1)",
@@ -470,7 +476,7 @@ class Reproduction(Chapter):
         points, _ = self.figure6_points()
         dpsgd_values = self.summary((self.fig_dataset, float(self.fig6_epsilon), "dpsgd"))["values"]
         reference = 100 * np.array(dpsgd_values) if dpsgd_values else None
-        where = f"{self.fig_dataset}, {self.model_of(self.fig_dataset)}, ε = {float(self.fig6_epsilon):g}"
+        where = f"{self.setting_of(self.fig_dataset)}, ε = {float(self.fig6_epsilon):g}"
         titles = {"B": (f"(a) Expected batch size\n{where}", "expected batch size B (log scale)"),
                   "C_alpha": (f"(b) DPDR's coefficient bound\n{where}",
                               "C_α (clipping bound of the coefficients, log scale)"),

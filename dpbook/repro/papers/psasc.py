@@ -36,10 +36,11 @@ from dpbook.repro import reproduce, results
 from dpbook.repro.cast import MOMENTUM_AXES
 from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter, method_labels
+from dpbook.repro.papers.chapter import Chapter, method_labels, model_title
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import Panels, axes, method_colour
 from dpbook.repro.sources import Source
+from dpbook.tasks import TASKS
 from dpbook.tuning import grid_product
 
 STUDY = "psasc"
@@ -226,7 +227,8 @@ class Reproduction(Chapter):
 
     def label(self, cell: tuple[str, str]) -> dict[str, object]:
         dataset, method = cell
-        return {"benchmark (model)": f"{dataset} ({settings()[dataset]['model']})", "method": LABELS[method],
+        return {"benchmark": TASKS[dataset].title, "model": model_title(settings()[dataset]["model"]),
+                "method": LABELS[method],
                 "s": f"{self.s_of(dataset):g}" if method.startswith("psasc") else ""}
 
     def details(self, cell: tuple, summary: dict) -> dict[str, object]:
@@ -254,7 +256,7 @@ class Reproduction(Chapter):
         for dataset in dict.fromkeys(d for d, _ in self.cells):
             st, base = settings()[dataset], self.base_of(dataset, "dpsgd")
             plan = reproduce.plan(base, 1)
-            name = f"{dataset} ({st['model']})"
+            name = f"{TASKS[dataset].title}, {model_title(st['model'])}"
             settings_rows.append({"benchmark": name, "N": f"{st['N']} / {reproduce.training_size(base)}",
                                   "B": base.batch_size, "epochs": base.epochs, "T": plan.steps,
                                   "q": f"{plan.sample_rate:.5f}", "budget": f"({st['epsilon']:g}, {st['delta']:g})",
@@ -266,10 +268,10 @@ class Reproduction(Chapter):
             method_rows.append(row)
         return results.markdown_table(
             settings_rows, ["benchmark", "N", "B", "epochs", "T", "q", "budget", "sigma"],
-            ["benchmark (model)", "N (Table II / used)", "B", "epochs", "T (steps)", "q", "(ε, δ)", "σ"],
+            ["benchmark, model", "N (Table II / used)", "B", "epochs", "T (steps)", "q", "(ε, δ)", "σ"],
         ) + "\n\n" + results.markdown_table(
             method_rows, ["benchmark", "C", "r", "s", *LABELS],
-            ["benchmark (model)", "C", "r", "s (Table III)", *(f"lr {LABELS[m]}" for m in LABELS)])
+            ["benchmark, model", "C", "r", "s (Table III)", *(f"lr {LABELS[m]}" for m in LABELS)])
 
     def curves(self, dataset: str) -> tuple[dict, dict]:
         """Per method: the chosen point's per-epoch test accuracy (a row per re-run), and (eta_eff, final accuracy)
@@ -306,7 +308,7 @@ class Reproduction(Chapter):
                                       layout="constrained")
         for (ax_curve, ax_lr), dataset in zip(grid_axes, shown):
             st = settings()[dataset]
-            where = f"{dataset}, {st['model']}, (ε, δ) = ({st['epsilon']:g}, {st['delta']:g})"
+            where = f"{TASKS[dataset].title}, {model_title(st['model'])}, (ε, δ) = ({st['epsilon']:g}, {st['delta']:g})"
             axes(f"Test accuracy per epoch, chosen points\n{where}", "epoch", "test accuracy (%)", ax=ax_curve)
             axes(f"Final test accuracy of every grid point\n{where}", "η_eff = lr · sensitivity / γ1 (log scale)"
                  if self.lr_scaling == "sensitivity" else "learning rate (log scale)", "final test accuracy (%)",
