@@ -270,19 +270,20 @@ def dcsgd_e_eq10(T: int, eta: float, C, *, sigma: float, d: int, B: float, L: fl
 
 
 # -------------------------------------------------------------------------------------------------- DPDR
-def _dpdr_common(T, gamma, loss0, rho, d, C_perp, sigma_perp):
-    return (checks.integer("T", T), checks.positive("gamma", gamma, "the learning rate"),
+def _dpdr_common(T, eta, loss0, rho, d, C_perp, sigma_perp):
+    return (checks.integer("T", T), checks.positive("eta", eta, "the learning rate (the paper's gamma)"),
             checks.non_negative("loss0", loss0, "L(w_0), read as L(w_0) - L_* with L >= 0"),
             checks.positive("rho", rho, "the smoothness constant"), checks.integer("d", d),
             checks.positive("C_perp", C_perp), checks.non_negative("sigma_perp", sigma_perp))
 
 
-def dpdr_lemma2(T: int, gamma: float, *, loss0: float, rho: float, d: int, C_perp: float, sigma_perp: float,
+def dpdr_lemma2(T: int, eta: float, *, loss0: float, rho: float, d: int, C_perp: float, sigma_perp: float,
                 c: float) -> BoundTerms:
-    r"""DPDR, Lemma 2 (no clipping ever active):
+    r"""DPDR, Lemma 2 (no clipping ever active), with the learning rate :math:`\eta` (the paper's
+    :math:`\gamma`):
 
-    .. math:: \mathbb E\lVert\nabla\mathcal L\rVert^2 \le \frac{\mathcal L(w_0)}{\gamma T}
-       + O\big(\rho\gamma dC_\perp^2\sigma_\perp^2\big)
+    .. math:: \mathbb E\lVert\nabla\mathcal L\rVert^2 \le \frac{\mathcal L(w_0)}{\eta T}
+       + O\big(\rho\eta dC_\perp^2\sigma_\perp^2\big)
 
     Readings: the left-hand side is the average over :math:`t = 1, \ldots, T`; :math:`\mathcal L(w_0)` stands for
     :math:`\mathcal L(w_0) - \mathcal L^*` (:math:`\mathcal L \ge 0`); the :math:`\alpha` noise
@@ -293,22 +294,23 @@ def dpdr_lemma2(T: int, gamma: float, *, loss0: float, rho: float, d: int, C_per
     >>> round(b.optimisation, 6), round(b.noise, 6), b.clipping_bias  # 2/1; 0.01*1000*0.01*4
     (2.0, 0.4, 0.0)
     """
-    T, gamma, loss0, rho, d, C_perp, sigma_perp = _dpdr_common(T, gamma, loss0, rho, d, C_perp, sigma_perp)
+    T, eta, loss0, rho, d, C_perp, sigma_perp = _dpdr_common(T, eta, loss0, rho, d, C_perp, sigma_perp)
     c = checks.positive("c", c, "the constant hidden in O(.)")
-    return BoundTerms(loss0 / (gamma * T), 0.0, c * rho * gamma * d * C_perp ** 2 * sigma_perp ** 2, 0.0)
+    return BoundTerms(loss0 / (eta * T), 0.0, c * rho * eta * d * C_perp ** 2 * sigma_perp ** 2, 0.0)
 
 
-def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d: int, m: int, C_perp: float,
+def dpdr_theorem2(T: int, eta: float, *, B: float, loss0: float, rho: float, d: int, m: int, C_perp: float,
                   C_alpha: float, sigma_perp: float, sigma_alpha: float, tau_perp, tau_alpha, P_perp, P_alpha,
                   noise_reading: str = "printed") -> BoundTerms:
-    r"""DPDR, Theorem 2 (with clipping), second line of the right-hand side:
+    r"""DPDR, Theorem 2 (with clipping), second line of the right-hand side, with the learning rate
+    :math:`\eta` (the paper's :math:`\gamma`, and :math:`\eta'` its :math:`\gamma'`):
 
-    .. math:: \frac{\mathcal L(w_0)}{\gamma T}+\frac{\rho\gamma'}2\big(2C_\perp^2+dC_\perp^2\sigma_\perp^2
+    .. math:: \frac{\mathcal L(w_0)}{\eta T}+\frac{\rho\eta'}2\big(2C_\perp^2+dC_\perp^2\sigma_\perp^2
        +2C_\alpha^2+mC_\alpha^2\sigma_\alpha^2\big)\\+\frac{15}{4T}\sum_t\big(C_\perp\tau_{\perp,t}\sqrt{P_{\perp,t}}
-       +C_\alpha\tau_{\alpha,t}\sqrt{P_{\alpha,t}}\big),\qquad\gamma'=B\gamma.
+       +C_\alpha\tau_{\alpha,t}\sqrt{P_{\alpha,t}}\big),\qquad\eta'=B\eta.
 
-    Terms: ``second_moment`` :math:`= \frac{\rho\gamma'}2(2C_\perp^2 + 2C_\alpha^2)`; ``noise``
-    :math:`= \frac{\rho\gamma'}2(dC_\perp^2\sigma_\perp^2 + mC_\alpha^2\sigma_\alpha^2)`; ``clipping_bias`` the
+    Terms: ``second_moment`` :math:`= \frac{\rho\eta'}2(2C_\perp^2 + 2C_\alpha^2)`; ``noise``
+    :math:`= \frac{\rho\eta'}2(dC_\perp^2\sigma_\perp^2 + mC_\alpha^2\sigma_\alpha^2)`; ``clipping_bias`` the
     :math:`15/4` term. ``P_perp``, ``P_alpha`` (:math:`P_\perp`, :math:`P_\alpha`) are the probabilities that
     clipping is *active* (the theorem's convention; the appendix uses the complement and the printed
     :math:`P_\parallel` has :math:`\nabla\mathcal L_\perp` inside [DPDR-17]); they and ``tau_*`` may be numbers
@@ -328,7 +330,7 @@ def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d
     ...                     noise_reading="per_batch").noise, 6)
     2.6
     """
-    T, gamma, loss0, rho, d, C_perp, sigma_perp = _dpdr_common(T, gamma, loss0, rho, d, C_perp, sigma_perp)
+    T, eta, loss0, rho, d, C_perp, sigma_perp = _dpdr_common(T, eta, loss0, rho, d, C_perp, sigma_perp)
     B = checks.positive("B", B, "the expected batch size")
     m = checks.integer("m", m)
     if m > d:
@@ -340,12 +342,12 @@ def dpdr_theorem2(T: int, gamma: float, *, B: float, loss0: float, rho: float, d
     ta = _per_step("tau_alpha", tau_alpha, T)
     Pp = _per_step("P_perp", P_perp, T, upper=1.0)
     Pa = _per_step("P_alpha", P_alpha, T, upper=1.0)
-    half = rho * B * gamma / 2
+    half = rho * B * eta / 2
     scale = 1.0 if noise_reading == "printed" else 1.0 / B ** 2
     second_moment = half * (2 * C_perp ** 2 + 2 * C_alpha ** 2)
     noise = half * scale * (d * C_perp ** 2 * sigma_perp ** 2 + m * C_alpha ** 2 * sigma_alpha ** 2)
     bias = 15 / 4 * (C_perp * _mean(np.asarray(tp) * np.sqrt(Pp)) + C_alpha * _mean(np.asarray(ta) * np.sqrt(Pa)))
-    return BoundTerms(loss0 / (gamma * T), second_moment, noise, bias)
+    return BoundTerms(loss0 / (eta * T), second_moment, noise, bias)
 
 
 def dpdr_clip_probability(C: float, *, mean_norm: float, tau: float, d: int) -> float:

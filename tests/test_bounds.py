@@ -172,12 +172,12 @@ def test_dpdr_monotone():
 
 
 @pytest.mark.parametrize("change, match", [
-    (dict(m=2000), "m must be <= d"), (dict(P_perp=1.5), "P_perp must be"), (dict(gamma=0.0), "gamma must be"),
+    (dict(m=2000), "m must be <= d"), (dict(P_perp=1.5), "P_perp must be"), (dict(eta=0.0), "eta must be"),
     (dict(noise_reading="other"), "noise_reading"), (dict(tau_perp=[1.0, 2.0]), "length T=10"),
     (dict(C_perp=0.0), "C_perp must be"),
 ])
 def test_dpdr_conditions(change, match):
-    kw = dict(DR, gamma=0.1, tau_perp=1.0, tau_alpha=1.0, P_perp=0.5, P_alpha=0.1)
+    kw = dict(DR, eta=0.1, tau_perp=1.0, tau_alpha=1.0, P_perp=0.5, P_alpha=0.1)
     kw.update(change)
     with pytest.raises(ValueError, match=match):
         bd.dpdr_theorem2(10, **kw)

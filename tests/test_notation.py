@@ -157,27 +157,9 @@ def meanings(notation: str) -> dict[str, list[str]]:
 #: The letters the book still gives two or more meanings, each with its meanings (to be renamed one by one; most are
 #: the papers' own letters, kept where a chapter follows a paper's theorem or algorithm line by line).
 TWO_MEANINGS: dict[str, str] = {
-    "M": "a mechanism; DP-PSASC Algorithm 3's outer momentum",
-    "t": "the step; a paired t statistic",
-    "i": "the example; a grid point",
-    "n": "examples in a tensor; a noise vector; trials of an audit; seeds behind a mean",
-    "y": "a layer's output; least-squares targets",
-    "L": "a layer input's positions; a smoothness constant",
-    "k": "a kernel size; a histogram bin; DP-PSASC's step; an audit's error count",
-    "\\alpha": "the Renyi order; DPDR's parallel coefficient",
-    "\\rho": "the zCDP parameter; DPDR's smoothness constant",
-    "b": "histogram bins; DPDR's unit direction",
-    "R": "a histogram's range; DIFF2's restart period",
-
-    "\\gamma": "LT's stopping probability; Auto-S's constant; DP-PSASC's momentum weight; DPDR's step size",
     "s": "DPDR's GDR length; DP-PSASC's scaling coefficient",
-    "c": "a scalar of DIFF's residual; Lemma 2's constant",
     "m": "layers; DP-PSASC's per-example momentum; canaries",
     "c_i": "DPDR's clip factors; a clipped gradient (bounds)",
-    "\\xi": "the previous release's noise; a standard Gaussian vector; sampling noise",
-    "\\tau": "sampling noise; an audit's score threshold",
-    "\\mu": "a mean gradient (bounds); the GDP parameter",
-    "z": "the canary; a cut-off in standard errors",
 }
 
 
