@@ -232,6 +232,11 @@ _PAGE_FACTS = r"""
       .map(c => c.querySelector('.cell_input pre'))
       .filter(pre => pre && /^(print|display|plt\.show)\(/m.test(pre.textContent))
       .map(pre => pre.textContent.split('\n')[0].slice(0, 80));
+  // a 'Show code cell source' bar with nothing under it: the reader opens it to find out what it is for
+  const bareToggles = Array.from(main.querySelectorAll('div.cell'))
+      .filter(c => !c.querySelector('.cell_output'))
+      .filter(c => (c.querySelector('details.hide > summary .collapsed') || {}).textContent === 'Show code cell source')
+      .map(c => (c.querySelector('.cell_input pre') || {textContent: ''}).textContent.split('\n')[0].slice(0, 80));
   // a cell that shows an error: it raised (the build would have failed) or a display failed after it ran
   const errorOutputs = Array.from(main.querySelectorAll('.cell_output .output.traceback, .cell_output .output.error'))
       .map(el => el.textContent.trim().split('\n').filter(l => l.trim()).slice(-1)[0] || '');
@@ -260,7 +265,7 @@ _PAGE_FACTS = r"""
     paragraphs: Array.from(main.querySelectorAll('p')).map(p => p.textContent),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     imgs, code, tables, mainRight: box.right, opening, overflowing, captions, captionsWithoutFigure, printedTables,
-    silentCells, errorOutputs,
+    silentCells, bareToggles, errorOutputs,
     searchBoxes: Array.from(document.querySelectorAll('.search-button-field')).filter(visible).length,
     searchButtons: Array.from(document.querySelectorAll('button.search-button')).filter(visible).length,
     proseFontPx: Math.min(...Array.from(main.querySelectorAll('p, li')).filter(visible)
@@ -483,6 +488,10 @@ class BookBrowser:
         for last in facts["errorOutputs"]:
             add("error-output", f"a cell shows an error instead of its output (a figure or display that failed; "
                                 f"tools/book_cache.py --execute names the cell): {last[:120]!r}")
+        for first in facts["bareToggles"]:
+            add("bare-toggle", f"a 'Show code cell source' bar with nothing under it: say what it hides (the cell's "
+                               f"metadata mystnb.code_prompt_show, e.g. 'Show the imports') or remove its input: "
+                               f"{first!r}")
         for first in facts["silentCells"]:
             add("missing-output", f"a cell that prints or draws shows no output (did the notebook fail to execute? "
                                   f"make book reports why): {first!r}")

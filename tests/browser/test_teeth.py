@@ -222,6 +222,20 @@ def test_a_page_written_without_its_outputs_is_caught(browser, book_copy, tmp_pa
     assert "missing-output" in _check(browser, page) and "missing-output" not in intact
 
 
+def test_a_show_code_bar_with_nothing_under_it_is_caught(browser, book_copy, tmp_path, intact):
+    # a hidden cell that prints nothing (imports, a check of the text's claims) under myst-nb's default label
+    broken = shutil.copytree(book_copy, tmp_path / "html")
+    page = PAGE.html(broken)
+    html = page.read_text()
+    end = html.rindex("</section>", 0, html.index("</article>"))
+    bare = ('<div class="cell tag_hide-input docutils container"><details class="admonition hide above-input">'
+            '<summary><p class="collapsed admonition-title">Show code cell source</p></summary>'
+            '<div class="cell_input docutils container"><div class="highlight"><pre>import math</pre></div></div>'
+            '</details></div>')
+    page.write_text(html[:end] + bare + html[end:])
+    assert "bare-toggle" in _check(browser, page) and "bare-toggle" not in intact
+
+
 def test_code_behind_a_closed_toggle_is_not_flagged(browser, book_copy):
     """Long bookkeeping code behind 'Show code' (cell tag hide-input: a closed <details>) is what the rules ask
     for, so neither its width nor its length is a defect; Chromium still lays out a closed <details>' content."""
