@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import ticker
 
 from dpbook.methods.dcsgd import run_sigma_H
 from dpbook.repro import results
@@ -195,32 +196,54 @@ def plot_accuracy(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[f
     return fig
 
 
+def _dodged(grids: Mapping[str, list], methods: Sequence[str]) -> dict[tuple[str, str], float]:
+    """(method, protocol) -> its x: its grid size G, moved sideways (in log scale) so that the methods with the same G
+    and the three protocols of each stand side by side instead of on one another."""
+    spots, by_G = {}, {}
+    for m in methods:
+        by_G.setdefault(len(grids[m]), []).append(m)
+    for G, ms in by_G.items():
+        for i, m in enumerate(ms):
+            for j, protocol in enumerate(CHARGED):
+                spots[m, protocol] = G * 10 ** (0.06 * (i - (len(ms) - 1) / 2) + 0.015 * (j - 1))
+    return spots
+
+
 def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[str],
                      epsilons: Sequence[float], *, title: str):
-    """Left: accuracy lost to charging the search (none - charged) against G; right: the charged runs' sigma."""
-    fig, axs = plt.subplots(1, 2, figsize=(11, 5), layout="constrained")
+    """Left: accuracy lost to charging the search (none - charged) against G; right: the charged runs' sigma. The
+    methods that share a G, and the protocols of each, stand side by side around it (:func:`_dodged`)."""
+    fig, axs = plt.subplots(1, 2, figsize=(11, 5.8), layout="constrained")
+    x = _dodged(grids, methods)
     for protocol, marker in CHARGED.items():
         for m in methods:
-            G = len(grids[m])
             for e in epsilons:
                 free, charged = values(the_cells, m, e, "none"), values(the_cells, m, e, protocol)
                 if free and charged:
                     drop = 100 * (np.mean(free) - np.mean(charged))
-                    axs[0].scatter(G, drop, marker=marker, color=method_colour(m), s=14 + 6 * e,
+                    axs[0].scatter(x[m, protocol], drop, marker=marker, color=method_colour(m), s=14 + 6 * e,
                                    label=method_label(m) if (protocol, e) == ("rdp", epsilons[-1]) else None)
                 sigma = the_cells[(m, e, protocol)]["sigma"]
                 if sigma is not None:
-                    axs[1].scatter(G, sigma, marker=marker, color=method_colour(m), s=14 + 6 * e)
+                    axs[1].scatter(x[m, protocol], sigma, marker=marker, color=method_colour(m), s=14 + 6 * e)
     for protocol, marker in CHARGED.items():  # the legend's key to the shapes
         axs[0].scatter([], [], marker=marker, color="0.45", label=f"charged by {protocol.upper()}")
-    axs[0].set(xscale="log", xlabel="grid size G (log)", ylabel="accuracy lost to tuning cost (points)",
+    axs[0].set(xscale="log", xlabel="grid size G (log; methods with one G side by side)",
+               ylabel="accuracy lost to tuning cost (points)",
                title="free minus charged tuning\n(colour: method; shape: protocol; size grows with ε)")
-    axs[1].set(xscale="log", yscale="log", xlabel="grid size G (log)", ylabel="noise multiplier σ of each run (log)",
+    axs[1].set(xscale="log", yscale="log", xlabel="grid size G (log; methods with one G side by side)",
+               ylabel="noise multiplier σ of each run (log)",
                title="σ of the charged runs\n(colour: method; shape: protocol)")
     axs[0].axhline(0, color="black", lw=0.8)
     legend_below(fig, axs, ncols=5)
+    sizes = sorted({len(grids[m]) for m in methods})
     for ax in axs:
         ax.grid(alpha=0.3)
+        ax.set_xticks(sizes, [str(G) for G in sizes])  # the grid sizes themselves, not powers of ten
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+    axs[1].yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))  # 1, 10: not 10^0, 10^1
+    axs[1].yaxis.set_minor_formatter(ticker.FuncFormatter(
+        lambda v, _: f"{v:g}" if round(v / 10 ** np.floor(np.log10(v))) in (2, 5) else ""))
     fig.suptitle(title)
     return fig
 
