@@ -156,11 +156,7 @@ def meanings(notation: str) -> dict[str, list[str]]:
 
 #: The letters the book still gives two or more meanings, each with its meanings (to be renamed one by one; most are
 #: the papers' own letters, kept where a chapter follows a paper's theorem or algorithm line by line).
-TWO_MEANINGS: dict[str, str] = {
-    "s": "DPDR's GDR length; DP-PSASC's scaling coefficient",
-    "m": "layers; DP-PSASC's per-example momentum; canaries",
-    "c_i": "DPDR's clip factors; a clipped gradient (bounds)",
-}
+TWO_MEANINGS: dict[str, str] = {}
 
 
 def test_every_symbol_in_the_maths_is_on_the_notation_page():
