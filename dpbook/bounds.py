@@ -14,7 +14,7 @@ constants hidden in :math:`\mathcal O(\cdot)`); here they are explicit keyword a
 inside a formula. Inputs outside a theorem's conditions raise a ``ValueError`` (via :mod:`dpbook.checks`).
 
 Ids in brackets (``[DCSGD-n]``, ``[DPDR-n]``, ``[PSASC-n]``) cite the book's chapter *Readings of the papers*
-(``book/readings.md``); every docstring says which reading is implemented.
+(``book/readings_*.md``); every docstring says which reading is implemented.
 
 Covered: DC-SGD Theorem 3 (Eqs. 9, 22, 23) for DC-SGD-P, DC-SGD-E (Eqs. 10/24, 25); DPDR Lemma 2 and
 Theorem 2; DP-PSASC Theorem 2 (step size, inferred leading term, rate) and Theorem 3 (schedules, rate) and the

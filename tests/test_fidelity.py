@@ -26,7 +26,7 @@ from dpbook.repro.coverage import missing_items
 from dpbook.repro.papers import dcsgd, dpdr, psasc
 from dpbook.repro.papers.chapter import OPERATIONAL
 from dpbook.repro.sources import READING_ID, Source, unsourced
-from tests.test_readings import READINGS, defined_readings
+from tests.test_readings import defined_readings, readings_text
 
 ROOT = Path(__file__).resolve().parents[1]
 #: paper module -> (its tables, its figures, the numerals of its tables), counted in the paper.
@@ -65,7 +65,7 @@ def test_every_setting_of_a_benchmark_has_a_source(benchmark):
 
 
 def test_every_reading_a_source_cites_is_defined():
-    defined = defined_readings(READINGS.read_text())
+    defined = defined_readings(readings_text())
     sources = [s for cls in REPRODUCTIONS.values() for s in cls.SOURCES.values()]
     sources += [s for b in BENCHMARKS for s in b.BENCHMARK.sources.values()]
     cited = {s.reading for s in sources if s.reading} | {r for s in sources for r in READING_ID.findall(s.note)}
@@ -117,7 +117,7 @@ def test_each_reproduction_chapter_shows_its_coverage_and_sources(module):
 
 
 def test_the_coverage_cites_defined_readings_and_existing_chapters():
-    defined = defined_readings(READINGS.read_text())
+    defined = defined_readings(readings_text())
     for module in PAPERS:
         for name, item in module.Reproduction.COVERAGE.items():
             assert not set(READING_ID.findall(item.how)) - set(defined), (module.__name__, name)

@@ -8,9 +8,8 @@ A symbol the page does not list is found under the page's conventions: a subscri
 an example ``i``, a layer ``l``, a number) falls back to the bare letter (``g_{t,i}`` is ``g``), and an accent that
 only marks a noisy, released or averaged copy falls back to the unaccented symbol.
 
-A letter that the book still uses for two things is listed in :data:`TWO_MEANINGS`, with each meaning, so that the
-list can only shrink: a new second meaning fails, and so does a letter that has lost its second meaning but is still
-listed.
+A letter that a chapter gives a second meaning is renamed there (the notation page says where the book's letter
+departs from a paper's).
 """
 
 from __future__ import annotations
@@ -154,11 +153,6 @@ def meanings(notation: str) -> dict[str, list[str]]:
     return {s: lines for s, lines in rows.items() if len(lines) > 1}
 
 
-#: The letters the book still gives two or more meanings, each with its meanings (to be renamed one by one; most are
-#: the papers' own letters, kept where a chapter follows a paper's theorem or algorithm line by line).
-TWO_MEANINGS: dict[str, str] = {}
-
-
 def test_every_symbol_in_the_maths_is_on_the_notation_page():
     missing = unlisted(pages(), NOTATION.read_text())
     assert not missing, ("symbols used in a chapter's maths that book/notation.md does not list (add a row, or "
@@ -167,11 +161,8 @@ def test_every_symbol_in_the_maths_is_on_the_notation_page():
 
 
 def test_each_symbol_has_one_meaning():
-    shared = meanings(NOTATION.read_text())
-    new = {s: [line[:100] for line in rows] for s, rows in shared.items() if s not in TWO_MEANINGS}
-    assert not new, f"a symbol with two meanings on the notation page (rename one): {new}"
-    resolved = sorted(set(TWO_MEANINGS) - set(shared))
-    assert not resolved, f"these symbols now have one meaning: remove them from TWO_MEANINGS: {resolved}"
+    shared = {s: [line[:100] for line in rows] for s, rows in meanings(NOTATION.read_text()).items()}
+    assert not shared, f"a symbol with two meanings on the notation page (rename one): {shared}"
 
 
 def test_a_symbol_no_page_defines_is_caught():

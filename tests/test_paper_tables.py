@@ -21,7 +21,7 @@ from dpbook.tasks import TASKS
 PAPER_DIR = Path(__file__).resolve().parents[1] / "data" / "paper"
 
 PAPERS = {"dcsgd", "dpdr", "psasc"}
-READING_PREFIX = {"dcsgd": "DCSGD", "dpdr": "DPDR", "psasc": "PSASC"}  # ids of book/readings.md
+READING_PREFIX = {"dcsgd": "DCSGD", "dpdr": "DPDR", "psasc": "PSASC"}  # ids of the Readings (book/readings_*.md)
 METHODS = set(REGISTERED)  # a row names a method of the registry, a dataset of the task registry, a registered model
 DATASETS = set(TASKS)
 MODELS = set(MODEL_BUILDERS)

@@ -1,7 +1,8 @@
 """Every reading the repository cites is defined in the book, and nothing cites a file the repository does not ship.
 
 The papers' gaps and typos are cited by id (``DCSGD-n``, ``DPDR-n``, ``PSASC-n``) in the code, the notebooks, the book,
-the README, the tests and ``data/paper/``; the chapter ``book/readings.md`` defines each id in a table row. The privacy
+the README, the tests and ``data/paper/``; the Readings chapter (``book/readings.md``) defines each id in a table row of
+its paper's page (``book/readings_dcsgd.md``, ``book/readings_dpdr.md``, ``book/readings_psasc.md``). The privacy
 hygiene rules are cited as "privacy hygiene rule N" and defined on ``book/hygiene.md``.
 """
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READINGS = ROOT / "book" / "readings.md"
+#: The Readings chapter's page of each paper: its rows define that paper's ids, and no other's.
+READING_PAGES = {prefix: ROOT / "book" / f"readings_{prefix.lower()}.md" for prefix in ("DCSGD", "DPDR", "PSASC")}
 HYGIENE = ROOT / "book" / "hygiene.md"
 
 ID = re.compile(r"\b(?:DCSGD|DPDR|PSASC)-\d+\b")
@@ -83,23 +85,29 @@ def test_the_checker_catches_an_undefined_id_and_the_old_flags():
         defined_readings("| id | a | b | c |\n|---|---|---|---|\n| DPDR-1 | a | b | c |\n| DPDR-1 | a | b | c |\n")
 
 
+def readings_text() -> str:
+    """The tables of every paper's Readings page, one after the other."""
+    return "\n\n".join(page.read_text() for page in READING_PAGES.values())
+
+
 def test_readings_chapter_defines_each_id_once_in_full_rows():
-    defined = defined_readings(READINGS.read_text())
-    for prefix in ("DCSGD", "DPDR", "PSASC"):
-        assert any(r.startswith(prefix + "-") for r in defined), f"no {prefix} reading"
+    defined_readings(readings_text())  # each id once over the three pages, in rows of four non-empty cells
+    for prefix, page in READING_PAGES.items():
+        on_page = defined_readings(page.read_text())
+        assert on_page and all(r.startswith(prefix + "-") for r in on_page), f"{page.name} holds only {prefix} rows"
 
 
 def test_every_cited_reading_is_defined():
-    defined = defined_readings(READINGS.read_text())
+    defined = defined_readings(readings_text())
     missing = {str(p.relative_to(ROOT)): undefined for p in shipped_files()
                if (undefined := undefined_citations(p.read_text(encoding="utf-8"), defined))}
-    assert not missing, f"cited but not defined in book/readings.md: {missing}"
+    assert not missing, f"cited but not defined in the Readings (book/readings_*.md): {missing}"
 
 
 def test_no_flag_of_the_old_notes_remains():
     left = {str(p.relative_to(ROOT)): OLD_FLAG.findall(p.read_text(encoding="utf-8")) for p in shipped_files()}
     left = {name: flags for name, flags in left.items() if flags}
-    assert not left, f"cite the reading id of book/readings.md instead: {left}"
+    assert not left, f"cite the reading id of the Readings instead: {left}"
 
 
 def test_no_file_cites_what_the_repository_does_not_ship():

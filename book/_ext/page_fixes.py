@@ -72,8 +72,8 @@ def _colab_link(app, doctree, docname) -> None:
     section.insert(1, link)
 
 
-#: The Readings chapter, and a reading's id as the text cites it.
-READINGS = "book/readings"
+#: The Readings chapter's page of each paper, whose table rows define that paper's ids; a reading's id as cited.
+READING_PAGES = {"DCSGD": "book/readings_dcsgd", "DPDR": "book/readings_dpdr", "PSASC": "book/readings_psasc"}
 READING_ID = re.compile(r"\b(?:DCSGD|DPDR|PSASC)-\d+\b")
 #: Text inside these is not prose: code, a formula, a link already, a title.
 _NOT_PROSE = (nodes.literal, nodes.literal_block, nodes.reference, nodes.math, nodes.math_block, nodes.raw,
@@ -100,22 +100,24 @@ def _in(node, kinds) -> bool:
 def _readings_links(app, doctree, docname) -> None:
     if app.builder.format != "html":
         return
-    if docname == READINGS:  # each row whose first cell is an id is that id's anchor
+    own = docname in READING_PAGES.values()
+    if own:  # each row whose first cell is an id is that id's anchor
         for row in doctree.findall(nodes.row):
             first = row.children[0].astext().strip() if row.children else ""
             if READING_ID.fullmatch(first):
                 row["ids"].append(reading_anchor(first))
-    page = "" if docname == READINGS else app.builder.get_relative_uri(docname, READINGS)
+    pages = {prefix: "" if docname == page else app.builder.get_relative_uri(docname, page)
+             for prefix, page in READING_PAGES.items()}
     for text in list(doctree.findall(nodes.Text)):
         if text.parent is None or _in(text.parent, _NOT_PROSE) or not READING_ID.search(text):
             continue
-        if docname == READINGS and _in(text.parent, nodes.entry) and READING_ID.fullmatch(text.astext().strip()):
+        if own and _in(text.parent, nodes.entry) and READING_ID.fullmatch(text.astext().strip()):
             continue  # the id cell of its own row
         pieces, at = [], 0
         for match in READING_ID.finditer(text):
             pieces.append(nodes.Text(text[at:match.start()]))
             pieces.append(nodes.reference(match.group(), match.group(), internal=True, classes=["reading-link"],
-                                          refuri=f"{page}#{reading_anchor(match.group())}"))
+                                          refuri=f"{pages[match.group().split('-')[0]]}#{reading_anchor(match.group())}"))
             at = match.end()
         pieces.append(nodes.Text(text[at:]))
         text.parent.replace(text, [p for p in pieces if not isinstance(p, nodes.Text) or p.astext()])
@@ -127,4 +129,4 @@ def setup(app):
     app.connect("html-page-context", _unique_scripts, priority=100)  # first: a handler may end the event
     app.connect("html-page-context", _search_page_scripts)
     # env_version: a change of what this extension does to the pages rebuilds every page (bump it with the change)
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 2}
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 3}

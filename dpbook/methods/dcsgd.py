@@ -30,7 +30,7 @@ call, on synthetic norms and without a model:
   l.1-13, DC-SGD-E) and :func:`expected_error_range` (Algorithm 4 l.14-16);
 - :func:`expected_errors_from_norms` (Eq. 4 with the raw norms of a batch: non-private, for analysis only).
 
-Readings of the paper's gaps (ids of the book's Readings chapter, ``book/readings.md``):
+Readings of the paper's gaps (ids of the book's Readings chapter, ``book/readings_dcsgd.md``):
 
 - [DCSGD-7] bin index :math:`\min(b-1, \lfloor b\lVert g_i\rVert/R_t\rfloor)`, overflow in the last bin
   (:mod:`dpbook.histogram`).

@@ -1,6 +1,6 @@
 r"""DPDR (Liu et al., 2024): gradient Decomposition against the previous noisy gradient, and Reconstruction.
 
-Algorithm 1 of the paper, as read by this book (ids ``DPDR-n`` of ``book/readings.md``). The
+Algorithm 1 of the paper, as read by this book (ids ``DPDR-n`` of ``book/readings_dpdr.md``). The
 "layers" are the model's parameter tensors (weight and bias apart) [DPDR-10]; :math:`m` is their number,
 :math:`b^{(l)}` the unit direction of layer :math:`l` of the previous *released* gradient, and the engine divides
 the release by the expected batch size :math:`B` [DPDR-5]. The pseudo-code::

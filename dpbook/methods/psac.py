@@ -16,7 +16,7 @@ and release :math:`\sum_i\omega_i g_i + \mathcal N\big(0, (\sigma\cdot\text{sens
 each step is exactly as private as a DP-SGD step with noise multiplier :math:`\sigma` (Theorem 1; add/remove-one
 adjacency, reading PSASC-5).
 
-Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``):
+Readings of the paper (ids of the book's Readings chapter, ``book/readings_psasc.md``):
 
 - PSASC-4: batches are Poisson samples (:math:`q = B/N`) and sums are divided by the expected :math:`B`, to match
   the accountant.

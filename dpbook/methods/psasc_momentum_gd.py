@@ -34,7 +34,7 @@ method that lives from step to step, :math:`N` tensors of the model's size in al
 noise enters the EMA. Theorem 3 states Algorithm 2's parameters: one :math:`\gamma = O(T^{-1/4})` (with
 :math:`s = O(T^{-1/4})`, :math:`r = O(T^{-1/2})`, :math:`\eta = O(T^{-3/4})`).
 
-Readings of the paper (ids of the book's Readings chapter, ``book/readings.md``):
+Readings of the paper (ids of the book's Readings chapter, ``book/readings_psasc.md``):
 
 - [PSASC-9]: the loop runs :math:`T` iterations, :math:`k = 0, \ldots, T-1` (the printed ``k = 1; k < T`` runs
   :math:`T - 1` and never defines :math:`w_1`).

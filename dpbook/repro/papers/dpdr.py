@@ -480,7 +480,7 @@ class Reproduction(Chapter):
         titles = {"B": (f"(a) Expected batch size\n{where}", "expected batch size B (log scale)"),
                   "C_alpha": (f"(b) DPDR's coefficient bound\n{where}",
                               "C_α (clipping bound of the coefficients, log scale)"),
-                  "s": (f"(c) DPDR's GDR length\n{where}", "s (last GDR step, log scale)")}
+                  "s": (f"(c) DPDR's GDR length\n{where}", r"GDR length $s_{\mathrm{GDR}}$ (last GDR step, log scale)")}
         measured = {}  # (panel, method) -> {x: [final accuracy (%) of each seed]}
         for (panel, key), runs in points.items():
             for x, run in runs:
