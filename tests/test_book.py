@@ -46,8 +46,10 @@ def test_book_config_uses_the_extension_and_the_execution_cache():
 
 
 def toc_files() -> list[str]:
+    """The root, every chapter and every chapter's sections (its further pages)."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    return [toc["root"]] + [f for part in toc["parts"] for c in part["chapters"]
+                            for f in [c["file"], *(s["file"] for s in c.get("sections", []))]]
 
 
 def test_every_toc_entry_exists():

@@ -1,5 +1,6 @@
-"""What every numbered chapter of the book has (issue 32): links to the chapters it builds on, a summary at its end,
-three or more exercises each with its solution behind a toggle, and no assert in the code a reader sees.
+"""What every numbered chapter of the book has: links to the chapters it builds on, a summary at its end, three or
+more exercises each with its solution behind a toggle, and no assert in the code a reader sees. A long chapter goes on
+over further pages (its ``sections`` in ``_toc.yml``): each links the chapter's first page and ends with a summary.
 
 A chapter is a page of a numbered part of ``_toc.yml`` (the Reference part is not numbered). Its exercises are the
 items of the numbered list under its ``## Exercises`` heading; a solution is either a ``{dropdown} Solution`` in the
@@ -21,13 +22,24 @@ MIN_EXERCISES = 3
 HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 
 
+def _path(name: str) -> Path:
+    return next(p for p in (ROOT / f"{name}.ipynb", ROOT / f"{name}.md") if p.exists())
+
+
 def chapters() -> list[Path]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    names = [ch["file"] for part in toc["parts"] if part.get("numbered") for ch in part["chapters"]]
-    return [next(p for p in (ROOT / f"{n}.ipynb", ROOT / f"{n}.md") if p.exists()) for n in names]
+    return [_path(ch["file"]) for part in toc["parts"] if part.get("numbered") for ch in part["chapters"]]
+
+
+def further_pages() -> dict[Path, Path]:
+    """A long chapter's further pages (its ``sections`` in ``_toc.yml``), each with the chapter's first page."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return {_path(s["file"]): _path(ch["file"]) for part in toc["parts"] if part.get("numbered")
+            for ch in part["chapters"] for s in ch.get("sections", [])}
 
 
 CHAPTERS = chapters()
+FURTHER = further_pages()
 
 
 def cells(path: Path) -> list[tuple[str, str, list[str]]]:
@@ -87,9 +99,8 @@ def test_every_chapter_ends_with_a_summary_before_its_exercises(path):
     assert headings[-2:] == ["Summary", "Exercises"], f"{path.name}: its last sections are {headings[-2:]}"
 
 
-@pytest.mark.parametrize("path", CHAPTERS[1:], ids=lambda p: p.stem)
-def test_every_chapter_links_the_chapters_it_builds_on(path):
-    """Every chapter but the first links another chapter in its opening (the text before its first section)."""
+def opening_links(path: Path) -> set[str]:
+    """The file names its opening (the text before its first section) links."""
     opening = []
     for kind, source, _ in cells(path):
         if kind == "markdown":
@@ -97,12 +108,27 @@ def test_every_chapter_links_the_chapters_it_builds_on(path):
             opening.append(head)
             if head != source:
                 break
+    return {Path(target).name for target in re.findall(r"\]\(([^)#\s]+)", "\n".join(opening))}
+
+
+@pytest.mark.parametrize("path", CHAPTERS[1:], ids=lambda p: p.stem)
+def test_every_chapter_links_the_chapters_it_builds_on(path):
+    """Every chapter but the first links another chapter in its opening (the text before its first section)."""
     others = {p.name for p in CHAPTERS} - {path.name}
-    linked = {Path(target).name for target in re.findall(r"\]\(([^)#\s]+)", "\n".join(opening))}
-    assert linked & others, f"{path.name}: its opening links no other chapter"
+    assert opening_links(path) & others, f"{path.name}: its opening links no other chapter"
 
 
-@pytest.mark.parametrize("path", [p for p in CHAPTERS if p.suffix == ".ipynb"], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", list(FURTHER), ids=lambda p: p.stem)
+def test_a_further_page_links_its_chapter_and_ends_with_a_summary(path):
+    """A long chapter split over pages: each further page opens with a link to the chapter's first page (a reader who
+    lands on it from a search finds where it starts) and ends with the summary of what it showed."""
+    assert FURTHER[path].name in opening_links(path), f"{path.name}: its opening does not link {FURTHER[path].name}"
+    headings = [line[3:].strip() for kind, source, _ in cells(path) if kind == "markdown"
+                for line in source.splitlines() if line.startswith("## ")]
+    assert headings[-1:] == ["Summary"], f"{path.name}: its last section is {headings[-1:]}, not Summary"
+
+
+@pytest.mark.parametrize("path", [p for p in [*CHAPTERS, *FURTHER] if p.suffix == ".ipynb"], ids=lambda p: p.stem)
 def test_no_assert_in_the_code_a_reader_sees(path):
     """Checks that back the text live in the library or in a cell behind a toggle (hide-input), not in the code
     that teaches."""
