@@ -1,6 +1,7 @@
 """What every numbered chapter of the book has: links to the chapters it builds on, a summary at its end, three or
 more exercises each with its solution behind a toggle, and no assert in the code a reader sees. A long chapter goes on
-over further pages (its ``sections`` in ``_toc.yml``): each links the chapter's first page and ends with a summary.
+over further pages (its ``sections`` in ``_toc.yml``): each links the chapter's first page and ends with a summary
+(and its own exercises, which count towards the chapter's).
 
 A chapter is a page of a numbered part of ``_toc.yml`` (the Reference part is not numbered). Its exercises are the
 items of the numbered list under its ``## Exercises`` heading; a solution is either a ``{dropdown} Solution`` in the
@@ -71,22 +72,37 @@ def section(path: Path, title: str) -> list[tuple[str, str, list[str]]] | None:
     return out if inside else None
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
-def test_every_chapter_has_three_exercises_with_solutions(path):
+def pages_of(chapter: Path) -> list[Path]:
+    """A chapter's pages: its first page, then its further pages."""
+    return [chapter, *(page for page, first in FURTHER.items() if first == chapter)]
+
+
+def exercises_of(path: Path) -> tuple[int, int]:
+    """(exercises, solutions) of one page's ``## Exercises`` section (0, 0 without one); a code cell there must be a
+    solution behind a toggle."""
     exercises = section(path, "Exercises")
-    assert exercises is not None, f"{path.name}: no '## Exercises' section"
+    if exercises is None:
+        return 0, 0
     text = "\n".join(source for kind, source, _ in exercises if kind == "markdown")
     items = re.findall(r"(?m)^\d+\.\s", text)
     solutions = len(re.findall(r"(?m)^(`{3,}|:{3,})\{dropdown\} Solution", text))
     code = [tags for kind, _, tags in exercises if kind == "code"]
-    solution_cells = [tags for tags in code if "solution" in tags]
-    assert len(items) >= MIN_EXERCISES, f"{path.name}: {len(items)} exercise(s), at least {MIN_EXERCISES} wanted"
-    assert solutions + len(solution_cells) >= len(items), (
-        f"{path.name}: {len(items)} exercises but {solutions + len(solution_cells)} solutions")
     for tags in code:
         assert {"solution", "hide-cell"} <= set(tags), (
             f"{path.name}: a code cell among the exercises is not a solution behind a toggle (tags {tags}; "
             "tag it solution and hide-cell)")
+    return len(items), solutions + sum("solution" in tags for tags in code)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_chapter_has_three_exercises_with_solutions(path):
+    """At least three over the chapter's pages, each page's exercises at its end, each with its solution."""
+    counted = {page.name: exercises_of(page) for page in pages_of(path)}
+    assert counted[path.name][0], f"{path.name}: no '## Exercises' section"
+    total = sum(items for items, _ in counted.values())
+    assert total >= MIN_EXERCISES, f"{path.name}: {total} exercise(s) over {list(counted)}, {MIN_EXERCISES} wanted"
+    for name, (items, solutions) in counted.items():
+        assert solutions >= items, f"{name}: {items} exercises but {solutions} solutions"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
@@ -121,11 +137,13 @@ def test_every_chapter_links_the_chapters_it_builds_on(path):
 @pytest.mark.parametrize("path", list(FURTHER), ids=lambda p: p.stem)
 def test_a_further_page_links_its_chapter_and_ends_with_a_summary(path):
     """A long chapter split over pages: each further page opens with a link to the chapter's first page (a reader who
-    lands on it from a search finds where it starts) and ends with the summary of what it showed."""
+    lands on it from a search finds where it starts) and ends with the summary of what it showed (then its
+    exercises, if it has any)."""
     assert FURTHER[path].name in opening_links(path), f"{path.name}: its opening does not link {FURTHER[path].name}"
     headings = [line[3:].strip() for kind, source, _ in cells(path) if kind == "markdown"
                 for line in source.splitlines() if line.startswith("## ")]
-    assert headings[-1:] == ["Summary"], f"{path.name}: its last section is {headings[-1:]}, not Summary"
+    ending = headings[-2:] if headings[-1:] == ["Exercises"] else headings[-1:]
+    assert ending[:1] == ["Summary"], f"{path.name}: it ends with {headings[-2:]}, not a Summary (then Exercises)"
 
 
 @pytest.mark.parametrize("path", [p for p in [*CHAPTERS, *FURTHER] if p.suffix == ".ipynb"], ids=lambda p: p.stem)

@@ -103,7 +103,7 @@ MISSPELT = [
     ("reproduce_dpdr", "datasets", "mnistt", "unknown dataset(s) ['mnistt'] (did you mean 'mnist'?); valid:"),
     ("reproduce_psasc", "methods", "dpsgdd", "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
     ("digits_benchmark", "methods", "psacc", "unknown method(s) ['psacc'] (did you mean 'psac'?); valid:"),
-    ("dcsgd_privacy", "methods", "dpsgdd", "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
+    ("dcsgd_privacy_tuning", "methods", "dpsgdd", "unknown method(s) ['dpsgdd'] (did you mean 'dpsgd'?); valid:"),
 ]
 
 
