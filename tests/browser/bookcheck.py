@@ -63,6 +63,23 @@ SCAFFOLDING_IN_OUTPUT = {
 }
 #: The pages whose subject is the repository's tests and checks (they name test ids on purpose).
 ABOUT_THE_TESTS = ("book/contributing", "book/hygiene")
+
+#: A page read from top to bottom is at most this many screens long (VIEWPORT; d2l's pages run 3 to 6): a longer
+#: chapter goes on over further pages (its sections in _toc.yml, as the audit and "Privacy of DC-SGD" do).
+MAX_SCREENS = 8
+#: The pages still longer, each with the screens it may take (its length when listed, rounded up, plus one): a listed
+#: page may not grow past it, a page not listed may not run past MAX_SCREENS, and a page that has come down to
+#: MAX_SCREENS must leave the list, which only shrinks. The API reference is looked up, not read through: not measured.
+LONG_PAGES = {
+    "notebooks/mnist5k_benchmark": 31, "notebooks/psasc_in_training": 28, "notebooks/reproduce_dcsgd": 28,
+    "notebooks/audit": 25, "notebooks/dcsgd_privacy_tuning": 24, "notebooks/convergence_bounds": 23,
+    "notebooks/digits_benchmark": 23, "notebooks/tuning_cost": 20, "notebooks/fast_private_step": 19,
+    "book/notation": 18, "notebooks/dcsgd_in_training": 18, "notebooks/dpsgd_from_scratch": 17,
+    "notebooks/reproduce_dpdr": 17, "notebooks/dcsgd_synthetic_norms": 17, "notebooks/psasc_weights": 16,
+    "notebooks/dpdr_why_decompose": 16, "notebooks/dpdr_accounting": 15, "notebooks/dpdr_in_training": 15,
+    "notebooks/psasc_privacy": 15, "notebooks/reproduce_psasc": 15, "book/costs": 14, "notebooks/audit_one_run": 13,
+    "book/contributing": 11, "book/readings_dcsgd": 10, "book/running": 10,
+}
 _PIPE_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\||^\s*\|.*\|.*\|\s*$", re.M)
 
 
@@ -273,6 +290,7 @@ _PAGE_FACTS = r"""
     viewportMeta: Array.from(document.querySelectorAll('meta[name="viewport"]')).map(m => m.content),
     columnWidth: Math.max(0, ...Array.from(main.querySelectorAll('p')).filter(visible).map(p => p.clientWidth)),
     pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth, pageText: main.innerText,
+    pageHeight: document.documentElement.scrollHeight,
   };
 }
 """
@@ -402,6 +420,7 @@ class BookBrowser:
             else:
                 self._check_images(facts, add)
                 self._check_layout(facts, add)
+                self._check_length(name, facts["pageHeight"] / viewport["height"], add)
                 if notebook is not None:
                     self._check_buttons(page, notebook, colab, add)
             if screenshot is not None:
@@ -473,6 +492,19 @@ class BookBrowser:
                 add("figure-downscaled", f"image {src} is {img['natural']} px wide but shown at {img['shown']:.0f} px "
                                          f"({img['shown'] / img['natural']:.0%}): its text is too small to read; make "
                                          f"the figure narrower (stack the panels) or the cell full-width")
+
+    @staticmethod
+    def _check_length(name: str, screens: float, add) -> None:
+        if name.startswith("book/api/"):
+            return
+        allowed = LONG_PAGES.get(name, MAX_SCREENS)
+        if screens > allowed:
+            add("page-too-long", f"the page is {screens:.1f} screens long ({allowed} allowed): split the chapter over "
+                                 f"further pages (sections in _toc.yml)" if name not in LONG_PAGES else
+                                 f"the page is {screens:.1f} screens long, longer than the {allowed} it was listed "
+                                 f"with in LONG_PAGES: split it rather than let it grow")
+        elif name in LONG_PAGES and screens <= MAX_SCREENS:
+            add("page-too-long", f"the page is {screens:.1f} screens long now: remove it from LONG_PAGES")
 
     @staticmethod
     def _check_captions(facts, add) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from dpbook.repro.plotting import SMALLEST_TEXT_KEY
 
-from .bookcheck import PHONE, ROOT, book_pages, colab_link
+from .bookcheck import LONG_PAGES, PHONE, ROOT, BookBrowser, book_pages, colab_link
 
 matplotlib.use("Agg")
 
@@ -234,6 +234,31 @@ def test_a_show_code_bar_with_nothing_under_it_is_caught(browser, book_copy, tmp
             '</details></div>')
     page.write_text(html[:end] + bare + html[end:])
     assert "bare-toggle" in _check(browser, page) and "bare-toggle" not in intact
+
+
+def test_a_page_that_grew_too_long_is_caught(browser, book_copy, tmp_path):
+    def kinds(html):  # under the page's own name: its length is measured against its listing
+        return {d.kind for d in browser.check_page(html, name=PAGE.docname)}
+
+    broken = shutil.copytree(book_copy, tmp_path / "html")
+    page = PAGE.html(broken)
+    html = page.read_text()
+    end = html.rindex("</section>", 0, html.index("</article>"))
+    page.write_text(html[:end] + '<p style="height: 30000px">A very long page.</p>' + html[end:])
+    assert "page-too-long" in kinds(page) and "page-too-long" not in kinds(PAGE.html(book_copy))
+
+
+@pytest.mark.parametrize("name, screens, caught", [
+    ("notebooks/a_new_chapter", 9.5, True),  # not listed: at most MAX_SCREENS
+    ("notebooks/a_new_chapter", 7.0, False),
+    ("notebooks/mnist5k_benchmark", LONG_PAGES["notebooks/mnist5k_benchmark"] + 0.5, True),  # grew past its listing
+    ("notebooks/mnist5k_benchmark", 6.0, True),  # short now: it must leave the list
+    ("book/api/repro", 120.0, False),  # the reference is not measured
+])
+def test_page_length_rule(name, screens, caught):
+    found = []
+    BookBrowser._check_length(name, screens, lambda kind, detail: found.append(kind))
+    assert (found == ["page-too-long"]) is caught
 
 
 def test_code_behind_a_closed_toggle_is_not_flagged(browser, book_copy):
