@@ -184,3 +184,33 @@ def test_a_symbol_with_two_meanings_is_caught():
 ])
 def test_symbols_are_read_as_a_reader_reads_them(tex, expected):
     assert symbols(tex) == expected
+
+
+def first_used_in(line: str) -> str | None:
+    """The page a notation row names in its last column ("first used in"), as a key of :func:`pages`."""
+    m = re.search(r"\]\((?:\.\./notebooks/(\w+)\.ipynb|(\w+)\.md)\)\s*\|\s*$", line)
+    return None if m is None else (m[1] or f"book/{m[2]}")
+
+
+def misplaced(chapters: dict[str, str], notation: str) -> list[str]:
+    """The rows whose "first used in" page does not use any of the row's symbols in its maths."""
+    used = {name: {s for tex in maths(text) for s in symbols(tex)} for name, text in chapters.items()}
+    out = []
+    for formulas, line in notation_rows(notation):
+        where = first_used_in(line)
+        listed = {s for tex in formulas for s in symbols(tex)}
+        if where is not None and listed and not listed & used.get(where, set()):
+            out.append(f"{where}: {line[:80]}")
+    return out
+
+
+def test_each_row_names_a_page_that_uses_its_symbol():
+    wrong = misplaced(pages(), NOTATION.read_text())
+    assert not wrong, f"notation rows whose 'first used in' page does not use the symbol: {wrong}"
+
+
+def test_a_row_that_names_the_wrong_page_is_caught():
+    notation = "| $\\sigma_H$ | Histogram noise. | [Privacy](../notebooks/privacy.ipynb) |\n"
+    assert misplaced({"privacy": r"The gradient noise $\sigma_T$."}, notation) == [
+        "privacy: " + notation.splitlines()[0][:80]]
+    assert misplaced({"privacy": r"The histogram noise $\sigma_H$."}, notation) == []
