@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dpbook"
 API = ROOT / "book" / "api"
-MARK = "**The API this chapter uses:**"
+MARK = ("**The API this chapter uses:**", "**The API this page uses:**")
 
 
 def module_name(path: Path) -> str:
