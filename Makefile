@@ -68,6 +68,8 @@ book: $(STAMP)
 	$(PY) tools/book_cache.py
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) tools/book_cache.py --execute
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/jupyter-book build . --warningiserror --keep-going
+	@# Sphinx copies book/_static only when a page is out of date: an edit of the CSS alone reaches the book this way
+	cp book/_static/* _build/html/_static/
 	@$(PY) tools/book_cache.py --times
 	@echo "dpbook: the book is at $(CURDIR)/_build/html/index.html"
 
