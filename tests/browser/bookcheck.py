@@ -75,7 +75,7 @@ LONG_PAGES = {
     "notebooks/mnist5k_benchmark": 31, "notebooks/psasc_in_training": 28, "notebooks/reproduce_dcsgd": 28,
     "notebooks/digits_benchmark": 23, "notebooks/dcsgd_privacy_tuning": 21, "book/notation": 18,
     "notebooks/dcsgd_in_training": 18, "notebooks/dpsgd_from_scratch": 17, "notebooks/reproduce_dpdr": 17,
-    "notebooks/audit": 17, "notebooks/dcsgd_synthetic_norms": 17, "notebooks/psasc_weights": 16,
+    "notebooks/audit": 11, "notebooks/dcsgd_synthetic_norms": 17, "notebooks/psasc_weights": 16,
     "notebooks/dpdr_why_decompose": 16, "notebooks/dpdr_in_training": 15, "notebooks/psasc_privacy": 15,
     "notebooks/dpdr_accounting": 15, "notebooks/reproduce_psasc": 15, "notebooks/convergence_bounds": 15,
     "book/costs": 14, "notebooks/tuning_cost": 13, "notebooks/audit_one_run": 13,
