@@ -32,7 +32,7 @@ __all__ = [
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -41,11 +41,16 @@ from dpbook import checks
 
 @dataclass(frozen=True)
 class BoundTerms:
-    """The terms of one convergence bound; ``total`` is their sum.
+    """The terms of one convergence bound; ``total`` is their sum. :attr:`TERMS` names them and the total, in order:
+    the columns of a table of bounds.
 
     >>> BoundTerms(optimisation=1.0, noise=0.5, clipping_bias=0.25).total
     1.75
+    >>> [getattr(BoundTerms(1.0), t) for t in BoundTerms.TERMS]
+    [1.0, 0.0, 0.0, 0.0, 1.0]
     """
+
+    TERMS: ClassVar[tuple[str, ...]] = ("optimisation", "second_moment", "noise", "clipping_bias", "total")
 
     optimisation: float
     second_moment: float = 0.0

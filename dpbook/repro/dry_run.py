@@ -356,14 +356,14 @@ def status(chapter: Chapter, study: str, root: Path = DRY_RUN_DIR) -> str:
     records = {kind: record for kind in ("cpu", "cuda") if (record := _read(record_path(study, kind, root)))}
     tables: dict[str, dict] = {}
     cells = {json.dumps(list(cell)): cell for cell in chapter.shown_cells()}
-    for cell in cells.values():
+    for key, cell in cells.items():
         row = tables.setdefault(chapter.table_of(cell), {"table": chapter.table_of(cell), "cells": 0, "done": 0,
                                                          "empty": []})
         row["cells"] += 1
         if chapter.summary(cell)["values"]:
             row["done"] += 1
         else:
-            row["empty"].append(json.dumps(list(cell)))
+            row["empty"].append(key)
     for row in tables.values():
         for kind, record in records.items():
             row[kind] = (_projected_text([_projected(record, key) for key in row["empty"]]) if row["empty"]

@@ -19,7 +19,7 @@ the book walks through a new one.
 
 from __future__ import annotations
 
-__all__ = ["OPERATIONAL", "MODES", "MODEL_TITLES", "Chapter", "method_labels", "model_title"]
+__all__ = ["OPERATIONAL", "MODES", "MODEL_TITLES", "Chapter", "method_labels", "model_title", "setting_title"]
 
 import abc
 import dataclasses
@@ -33,6 +33,7 @@ from dpbook.repro.coverage import Item, coverage_table
 from dpbook.repro.experiment import Experiment, load_task_data
 from dpbook.repro.plotting import method_label
 from dpbook.repro.sources import Source, sources_table
+from dpbook.tasks import TASKS
 
 #: The models of the papers' tables by the names the papers print (the registry's: :data:`dpbook.models.MODELS`).
 MODEL_TITLES = {"mnist_cnn": "CNN", "cifar10_cnn": "CNN", "resnet18_gn": "ResNet18", "resnet34_gn": "ResNet34",
@@ -48,6 +49,15 @@ def model_title(name: str) -> str:
     if name in MODEL_TITLES:
         return MODEL_TITLES[name]
     return f"{MODEL_TITLES[name.removesuffix('_gn')]} with GroupNorm"
+
+
+def setting_title(dataset: str, model: str) -> str:
+    """A dataset and the registry's model trained on it, as a table's row or a figure's title names them.
+
+    >>> setting_title("mnist", "mnist_cnn_gn")
+    'MNIST, CNN with GroupNorm'
+    """
+    return f"{TASKS[dataset].title}, {model_title(model)}"
 
 
 def method_labels(methods: Iterable[str], aliases: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -45,7 +45,7 @@ from dpbook.methods import METHODS
 from dpbook.repro import reproduce, results
 from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter, method_labels, model_title
+from dpbook.repro.papers.chapter import Chapter, method_labels, model_title, setting_title
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import Panels, axes, method_colour
 from dpbook.repro.sources import Source
@@ -268,7 +268,7 @@ class Reproduction(Chapter):
 
     def setting_of(self, dataset: str) -> str:
         """The dataset and model of a figure's title, as the paper names them."""
-        return f"{TASKS[dataset].title}, {model_title(self.model_of(dataset))}"
+        return setting_title(dataset, self.model_of(dataset))
 
     def base_of(self, key: str, dataset: str, epsilon: float) -> Experiment:
         method, optimizer = method_of(key)

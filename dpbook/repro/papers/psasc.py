@@ -36,7 +36,7 @@ from dpbook.repro import reproduce, results
 from dpbook.repro.cast import MOMENTUM_AXES
 from dpbook.repro.coverage import Item
 from dpbook.repro.experiment import Experiment
-from dpbook.repro.papers.chapter import Chapter, method_labels, model_title
+from dpbook.repro.papers.chapter import Chapter, method_labels, model_title, setting_title
 from dpbook.repro.params import check_known, clean_float, listing, per_dataset
 from dpbook.repro.plotting import Panels, axes, method_colour
 from dpbook.repro.sources import Source
@@ -256,7 +256,7 @@ class Reproduction(Chapter):
         for dataset in dict.fromkeys(d for d, _ in self.cells):
             st, base = settings()[dataset], self.base_of(dataset, "dpsgd")
             plan = reproduce.plan(base, 1)
-            name = f"{TASKS[dataset].title}, {model_title(st['model'])}"
+            name = setting_title(dataset, st["model"])
             settings_rows.append({"benchmark": name, "N": f"{st['N']} / {reproduce.training_size(base)}",
                                   "B": base.batch_size, "epochs": base.epochs, "T": plan.steps,
                                   "q": f"{plan.sample_rate:.5f}", "budget": f"({st['epsilon']:g}, {st['delta']:g})",
@@ -308,7 +308,7 @@ class Reproduction(Chapter):
                                       layout="constrained")
         for (ax_curve, ax_lr), dataset in zip(grid_axes, shown):
             st = settings()[dataset]
-            where = f"{TASKS[dataset].title}, {model_title(st['model'])}, (ε, δ) = ({st['epsilon']:g}, {st['delta']:g})"
+            where = f"{setting_title(dataset, st['model'])}, (ε, δ) = ({st['epsilon']:g}, {st['delta']:g})"
             axes(f"Test accuracy per epoch, chosen points\n{where}", "epoch", "test accuracy (%)", ax=ax_curve)
             axes(f"Final test accuracy of every grid point\n{where}", "η_eff = lr · sensitivity / γ1 (log scale)"
                  if self.lr_scaling == "sensitivity" else "learning rate (log scale)", "final test accuracy (%)",
