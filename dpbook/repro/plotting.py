@@ -4,11 +4,14 @@ figures sized for the book's text column (panels stacked in rows, one legend out
 from __future__ import annotations
 
 __all__ = ["NONPRIVATE_COLOUR", "method_colour", "method_label", "axes", "Panels", "show_panels", "not_run_yet",
-           "PAGE_WIDTH", "panel_grid", "legend_below", "SMALLEST_TEXT_KEY", "smallest_text_px", "book_figures"]
+           "PAGE_WIDTH", "panel_grid", "legend_below", "shade_styles", "SMALLEST_TEXT_KEY", "smallest_text_px",
+           "book_figures"]
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import matplotlib.pyplot as plt
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
@@ -109,6 +112,27 @@ def panel_grid(n: int, *, height: float = 4.4, columns: int = 2):
     for ax in axs.flat[n:]:
         ax.remove()
     return fig, list(axs.flat[:n])
+
+
+def shade_styles(method: str, values: Sequence[float], points: int) -> dict[float, dict]:
+    """One line style per value of a method's parameter (DP-PSASC's $s<1$, say), the same in every figure: the
+    method's colour, darker from the first value to the last, each value with its own dashes and markers, the markers
+    staggered along a curve of ``points`` points so that close curves stay apart.
+
+    >>> styles = shade_styles("psasc", [0.9, 0.45], points=100)
+    >>> styles[0.9]["color"] == method_colour("psasc"), styles[0.45]["ls"], styles[0.45]["markevery"]
+    (True, '-.', (3, 14))
+    """
+    base = to_rgb(method_colour(method))
+    every = max(1, points // 7)
+    styles = {}
+    for j, value in enumerate(values):
+        dark = 0.55 * j / max(1, len(values) - 1)
+        styles[value] = dict(color=to_hex([c * (1 - dark) for c in base]),
+                             ls=["--", "-.", ":", (0, (5, 1.5, 1, 1.5, 1, 1.5))][j % 4], lw=1.4,
+                             marker="osD^v<>"[j % 7], ms=4.5, mfc="white",
+                             markevery=(every * (j % 4) // 4, every), zorder=3)
+    return styles
 
 
 def legend_below(fig, axs, *, ncols: int = 3, **legend_kwargs):
