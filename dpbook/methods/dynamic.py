@@ -15,7 +15,7 @@ Why the exponent is read as :math:`+t/T`, a decay, although the DC-SGD paper nev
 its grid is :math:`\rho_C \in \{0.1, \ldots, 0.9\}`, all below 1, and its motivation is that per-sample norms
 shrink during training (its Fig. 8), so the threshold should shrink with them. The other sign,
 :math:`\rho_C^{-t/T}`, would *grow* the threshold for every :math:`\rho_C` of the grid. The notebook
-``dcsgd_synthetic_norms`` plots both readings.
+``dcsgd_synthetic_norms_simulator`` plots both readings.
 
 The schedule depends on :math:`t` only, never on data, so the run costs exactly DP-SGD at :math:`(\sigma, q, T)`.
 The state is the step counter :math:`t` alone; past :math:`T` the decay simply continues.

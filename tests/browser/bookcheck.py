@@ -49,7 +49,8 @@ _ASSERT = re.compile(r"\s*assert\b")
 _FIG_NUMBER = re.compile(r"^Fig\.\s*[\d.]+\s*")
 # Scaffolding: what the build, the tests or the issue tracker left on a page, which a reader cannot use. Anywhere on a
 # page: a live timer, the tracker's "issue", a pytest node id; in a cell's printed output: a smoke flag or the
-# notebook's mode, a commit hash, a check printed as "...: True" (say it: dpbook.repro.confirm).
+# notebook's mode, a commit hash, a check printed as "...: True" (say it: dpbook.repro.confirm), an object's repr
+# with its memory address (a set-up cell's last expression, such as torch.manual_seed(0)).
 SCAFFOLDING = {
     "a live timer": re.compile(r"\b(?:chapter|page|notebook|section|cell)s? (?:executed|rendered|ran|took) in\b", re.I),
     "the tracker's issue": re.compile(r"\bthe issue(?:'s|’s)?\b|\bissue \d+\b", re.I),
@@ -60,6 +61,7 @@ SCAFFOLDING_IN_OUTPUT = {
     "the notebook's mode": re.compile(r"\b(?:render|run) mode\b|\bmode '(?:render|run)'", re.I),
     "a commit hash": re.compile(r"(?<![\w.])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w.])"),
     "a check printed as True or False": re.compile(r":\s*(?:True|False)\s*$", re.M),
+    "an object's memory address": re.compile(r"<[\w.]+(?: object)? at 0x[0-9a-f]+>"),
 }
 #: The pages whose subject is the repository's tests and checks (they name test ids on purpose).
 ABOUT_THE_TESTS = ("book/contributing", "book/hygiene")

@@ -133,7 +133,8 @@ SCAFFOLDS = ["<p>This chapter executed in 412 s.</p>", "<p>Under the issue's pro
              "<p>As <code>tests/test_tuning.py::test_claim</code> checks.</p>",
              _cell_output("<pre>every run spent the same epsilon: True</pre>"),
              _cell_output("<pre>written by commits: {'16f6b65ea8': 3921}</pre>"),
-             _cell_output("<pre>mode 'render'; results under data/results/dcsgd; smoke False</pre>")]
+             _cell_output("<pre>mode 'render'; results under data/results/dcsgd; smoke False</pre>"),
+             _cell_output("<pre>&lt;torch._C.Generator at 0x7ff2c432f0b0&gt;</pre>")]
 
 
 @pytest.mark.parametrize("html", SCAFFOLDS)

@@ -194,7 +194,8 @@ class Reproduction(Chapter):
                        "[DPDR, part 3](dpdr_in_training.ipynb); at scale left out: run mode records accuracies, "
                        "not per-step norms"),
         "Fig. 2": Item("a diagram of DPDR's framework", "left out",
-                       "a diagram; [DPDR, part 1](dpdr_why_decompose.ipynb) takes one step apart in code"),
+                       "a diagram; [One GDR step, taken apart](dpdr_why_decompose_step.ipynb) takes one step "
+                       "apart in code"),
         "Fig. 3": Item("the norm of the difference against the gradient's, CIFAR-10", "CPU analogue",
                        "[DPDR, part 3](dpdr_in_training.ipynb), on digits; at scale left out, as Fig. 1 (right)"),
         "Fig. 4": Item("the distribution of orthogonal against difference norms, CIFAR-10", "CPU analogue",
