@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dpbook.repro import digits_benchmark, mnist5k_benchmark
 from dpbook.repro.claims import CLAIMS, Claim, paper_sign
@@ -45,6 +46,14 @@ def markdown(notebook: str) -> str:
 def code(notebook: str) -> str:
     cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
     return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def chapter_code(chapter: str) -> str:
+    """The code of a chapter over all its pages: its first page and its sections in ``_toc.yml``."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    (pages,) = [[ch["file"], *(s["file"] for s in ch.get("sections", []))] for part in toc["parts"]
+                for ch in part["chapters"] if ch["file"] == f"notebooks/{chapter}"]
+    return "\n\n".join(code(Path(page).name) for page in pages)
 
 
 # -- settings --------------------------------------------------------------------------------------------------------
@@ -112,7 +121,7 @@ def test_every_table_and_figure_of_a_paper_is_in_its_coverage(module):
 
 @pytest.mark.parametrize("module", list(PAPERS), ids=lambda m: m.__name__.rsplit(".", 1)[1])
 def test_each_reproduction_chapter_shows_its_coverage_and_sources(module):
-    source = code(CHAPTERS[module])
+    source = chapter_code(CHAPTERS[module])
     assert "Reproduction.coverage_table()" in source and "Reproduction.sources_table()" in source
 
 
@@ -149,6 +158,6 @@ def test_the_register_catches_a_claim_its_table_contradicts():
 
 @pytest.mark.parametrize("notebook", CLAIM_CHAPTERS)
 def test_both_benchmark_chapters_judge_the_one_register(notebook):
-    source = code(notebook)
+    source = chapter_code(notebook)
     assert "report.judge(cells, epsilons" in source and "Claim(" not in source
     assert "BENCHMARK.sources_table()" in source  # db.BENCHMARK or mb.BENCHMARK

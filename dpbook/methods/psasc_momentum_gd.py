@@ -50,7 +50,7 @@ Readings of the paper (ids of the book's Readings chapter, ``book/readings_psasc
 - [PSASC-7], [PSASC-8]: :math:`r` is an input; the noise is isotropic, :math:`\mathcal N\big(0, (C\sigma/s)^2I_d\big)`.
 - [PSASC-13], [PSASC-16]: Theorem 3's single :math:`\gamma` is this algorithm's; the minibatch Algorithm 3
   (``psasc-momentum`` in ``psac.py``) has :math:`(\gamma_0, \gamma_1, K_0)`. Which of the two Table III's DP-PSASC*
-  used is discussed in the chapter ``notebooks/psasc_in_training.ipynb``.
+  used is discussed in the chapter's page ``notebooks/psasc_in_training_momentum.ipynb``.
 
 Privacy (add/remove-one adjacency, [PSASC-5]). Every :math:`m_i` depends only on :math:`d_i` and on the already
 released iterates :math:`w_0, \ldots, w_k`, and its scaled version has norm :math:`< C/s` (Eq. (6):

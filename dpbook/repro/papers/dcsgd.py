@@ -21,8 +21,8 @@ from __future__ import annotations
 __all__ = [
     "STUDY", "TABLES", "PROTOCOL", "OPTIMIZER", "PAPER_EPOCHS", "MODEL_NAMES", "DATASET_NAMES", "COMPARED", "LABELS",
     "paper_table", "TABLE_VII", "TUNED_HYPERPARAMETERS", "paper_grid", "GRID_SIZES", "GRID_SIZES_SGD", "Setting",
-    "DCSGD_SETTINGS", "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "rename", "Cell", "Reproduction", "table_cells",
-    "hms"
+    "DCSGD_SETTINGS", "search_sigma", "sigma_text", "PAPER_SYMBOLS", "FIGURES", "FIGURE_DEFAULTS", "rename", "Cell",
+    "Reproduction", "table_cells", "hms"
 ]
 
 import collections
@@ -45,7 +45,7 @@ from dpbook.repro.papers.chapter import MODEL_TITLES, Chapter, method_labels
 from dpbook.repro.params import check_known, listing
 from dpbook.repro.sources import Source
 from dpbook.tasks import TASKS
-from dpbook.tuning import grid_product
+from dpbook.tuning import calibrate_sigma, grid_product
 
 STUDY = "dcsgd"
 #: The paper's tables of results (Table I is times) and the transcribed file of each.
@@ -165,6 +165,38 @@ DCSGD_SETTINGS: dict[str, Setting] = {
     for dataset, models in (("mnist", ("mnist_cnn",)), ("cifar10", ("resnet18_gn", "resnet34_gn")),
                             ("svhn", ("resnet18_gn", "resnet34_gn")), ("qnli", ("bert_base",)))
 }
+
+@functools.cache
+def search_sigma(dataset: str, epsilon: float, G: int, protocol: str, epsilon_tolerance: float = 1e-3) -> float:
+    """The noise multiplier of each run of a search over ``G`` grid points on the paper's setting ``dataset``
+    (:data:`DCSGD_SETTINGS`, delta = 1/N), charged to the total budget ``epsilon`` by ``protocol``
+    (:func:`dpbook.tuning.calibrate_sigma`, for which ``"none"`` and ``G = 1`` are the single run under every
+    protocol).
+    ``math.inf`` where the budget is out of reach (``calibrate_sigma``'s ValueError says why; the privacy chapters
+    check that none of their cells is). Cached: the chapter's pages ask for the same cells many times.
+
+    >>> one = search_sigma("mnist", 2.0, 1, "rdp")
+    >>> one == search_sigma("mnist", 2.0, 1, "lt") == search_sigma("mnist", 2.0, 10, "none")
+    True
+    >>> search_sigma("mnist", 2.0, 10, "rdp") > one
+    True
+    """
+    s = DCSGD_SETTINGS[dataset]
+    try:
+        return calibrate_sigma(epsilon, s.delta, s.sample_rate, s.steps, G, protocol,
+                               epsilon_tolerance=epsilon_tolerance)
+    except ValueError:
+        return math.inf
+
+
+def sigma_text(sigma: float, spec: str = "8.3f") -> str:
+    """A cell of a table of :func:`search_sigma`'s values: the number, or "unreach." as wide.
+
+    >>> sigma_text(1.23456, ".3f"), sigma_text(math.inf, "8.3f")
+    ('1.235', 'unreach.')
+    """
+    return f"{sigma:{spec}}" if math.isfinite(sigma) else f"{'unreach.':>{len(format(1.0, spec))}}"
+
 
 PAPER_SYMBOLS = {"C0": "C_0"}  # paper_grid's names -> the methods' keyword arguments
 

@@ -184,9 +184,11 @@ class Reproduction(Chapter):
     SELECTION: ClassVar[tuple[str, ...]] = ("micro_batch_size", "cells", "fig6_seeds", "run_figure6")
     COVERAGE: ClassVar[dict[str, Item]] = {
         "Table 1": Item("accuracy of DPDR and five baselines on MNIST, CIFAR-10 and SVHN at ε = 3 and 8",
-                        "reproducible in run mode", "`Reproduction()`; the table above"),
+                        "reproducible in run mode",
+                        "`Reproduction()`; the table of [the chapter's first page](reproduce_dpdr.ipynb)"),
         "Table 2": Item("the noise multipliers σ_⊥, σ_α and σ_g", "reproduced",
-                        "the accountant recomputes σ_g for every cell (the noise table above); "
+                        "the accountant recomputes σ_g for every cell (the noise table of "
+                        "[the protocol page](reproduce_dpdr_protocol.ipynb)); "
                         "[DPDR, part 2](dpdr_accounting.ipynb) checks every row [DPDR-16]"),
         "Fig. 1": Item("left: SGD directions on a linear regression; middle: subtraction against decomposition; "
                        "right: gradient and orthogonal norms during CIFAR-10 training", "CPU analogue",

@@ -112,11 +112,11 @@ class Reproduction(Chapter):
         "Table II": Item("each benchmark's N, B, epochs, r, C and (ε, δ)", "transcribed",
                          "`data/paper/psasc_table2.json`; the settings of every cell, shown by `settings_table`"),
         "Table III": Item("test accuracy of the five methods on the five benchmarks", "reproducible in run mode",
-                          "`Reproduction()`; the table above"),
+                          "`Reproduction()`; the table of [the chapter's first page](reproduce_psasc.ipynb)"),
         "Fig. 1": Item("a diagram of DP-SGD", "left out", "a diagram, no data"),
         "Fig. 2": Item("per-sample gradient norms in the last 10 epochs (FashionMNIST, CelebA)", "CPU analogue",
-                       "[DP-PSASC in training](psasc_in_training.ipynb), on digits [PSASC-39]; at scale left out: "
-                       "run mode records accuracies, not per-sample norms"),
+                       "[DP-PSASC in training: the per-sample norms](psasc_in_training_norms.ipynb), on digits "
+                       "[PSASC-39]; at scale left out: run mode records accuracies, not per-sample norms"),
         **{f"Fig. {n}": Item(f"gradient similarity ({data})", "CPU analogue",
                              "[DP-PSASC in training](psasc_in_training.ipynb), on digits; at scale left out: run "
                              "mode records no per-step gradients")
@@ -125,8 +125,8 @@ class Reproduction(Chapter):
                        "[DP-PSASC in training](psasc_in_training.ipynb), on digits, with the book's reading of "
                        "parameter similarity [PSASC-38]; at scale left out, as Figs. 3–6"),
         "Fig. 8": Item("average gradient scaling weights of DP-PSAC and DP-PSASC", "CPU analogue",
-                       "[DP-PSASC in training](psasc_in_training.ipynb); the weight functions in "
-                       "[The weight functions](psasc_weights.ipynb)"),
+                       "[DP-PSASC in training: the scaling weights](psasc_in_training_norms.ipynb); the weight "
+                       "functions in [The weight functions](psasc_weights.ipynb)"),
         "Fig. 9": Item("a diagram of why DP-PSASC's gradients can be less similar", "left out",
                        "a diagram; [The weight functions](psasc_weights.ipynb) draws the weights it explains"),
     }
