@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from docutils import nodes
 
 #: The text of a chapter's Colab link.
-COLAB_TEXT = "Open this chapter in Colab"
+COLAB_TEXT = "Open this page in Colab"
 
 
 def _script_key(script) -> tuple:
@@ -129,4 +129,4 @@ def setup(app):
     app.connect("html-page-context", _unique_scripts, priority=100)  # first: a handler may end the event
     app.connect("html-page-context", _search_page_scripts)
     # env_version: a change of what this extension does to the pages rebuilds every page (bump it with the change)
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 3}
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 4}
