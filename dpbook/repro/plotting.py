@@ -115,7 +115,7 @@ def panel_grid(n: int, *, height: float = 4.4, columns: int = 2):
 
 
 def shade_styles(method: str, values: Sequence[float], points: int) -> dict[float, dict]:
-    """One line style per value of a method's parameter (DP-PSASC's $s<1$, say), the same in every figure: the
+    """One line style per value of a method's parameter (DP-PSASC's :math:`s<1`, say), the same in every figure: the
     method's colour, darker from the first value to the last, each value with its own dashes and markers, the markers
     staggered along a curve of ``points`` points so that close curves stay apart.
 

@@ -67,22 +67,20 @@ SCAFFOLDING_IN_OUTPUT = {
 ABOUT_THE_TESTS = ("book/contributing", "book/hygiene")
 
 #: A page read from top to bottom is at most this many screens long (VIEWPORT; d2l's pages run 3 to 6): a longer
-#: chapter goes on over further pages (its sections in _toc.yml: the audit, "Privacy of DC-SGD", the private step,
-#: the convergence bounds and "What tuning really costs" do).
+#: chapter goes on over further pages (its sections in _toc.yml, as most chapters of the book do).
 MAX_SCREENS = 8
 #: The pages still longer, each with the screens it may take (its length when listed, rounded up, plus one): a listed
 #: page may not grow past it, a page not listed may not run past MAX_SCREENS, and a page that has come down to
 #: MAX_SCREENS must leave the list, which only shrinks. The API reference is looked up, not read through: not measured.
 LONG_PAGES = {
-    "notebooks/mnist5k_benchmark": 31, "notebooks/psasc_in_training": 28, "notebooks/reproduce_dcsgd": 28,
-    "notebooks/digits_benchmark": 23, "notebooks/dcsgd_privacy_tuning": 21, "book/notation": 18,
-    "notebooks/dcsgd_in_training": 18, "notebooks/dpsgd_from_scratch": 17, "notebooks/reproduce_dpdr": 17,
-    "notebooks/audit": 11, "notebooks/dcsgd_synthetic_norms": 17, "notebooks/psasc_weights": 16,
-    "notebooks/dpdr_why_decompose": 16, "notebooks/dpdr_in_training": 15, "notebooks/psasc_privacy": 15,
-    "notebooks/dpdr_accounting": 15, "notebooks/reproduce_psasc": 15, "notebooks/convergence_bounds": 15,
-    "book/costs": 14, "notebooks/tuning_cost": 13, "notebooks/audit_one_run": 13,
-    "notebooks/fast_private_step_measured": 12, "notebooks/convergence_bounds_measured": 11, "book/contributing": 11,
-    "notebooks/audit_controls": 11, "book/running": 10, "book/readings_dcsgd": 10,
+    "book/notation": 18, "notebooks/dpsgd_from_scratch": 17, "notebooks/psasc_in_training": 17, "book/costs": 14,
+    "notebooks/audit_one_run": 13, "notebooks/dcsgd_synthetic_norms": 12, "notebooks/fast_private_step_measured": 12,
+    "book/contributing": 11, "notebooks/audit": 11, "notebooks/audit_controls": 11,
+    "notebooks/convergence_bounds_measured": 11, "notebooks/dcsgd_privacy_predictions": 11,
+    "notebooks/digits_benchmark_claims": 11, "notebooks/mnist5k_benchmark_claims": 11, "book/readings_dcsgd": 10,
+    "book/running": 10, "notebooks/dcsgd_privacy_calibration": 10, "notebooks/dpdr_accounting_gdr": 10,
+    "notebooks/dpdr_in_training_compared": 10, "notebooks/dpdr_why_decompose_step": 10,
+    "notebooks/mnist5k_benchmark": 10, "notebooks/psasc_privacy_measured": 10,
 }
 _PIPE_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\||^\s*\|.*\|.*\|\s*$", re.M)
 
