@@ -112,11 +112,17 @@ def table(costs: dict) -> str:
                                "where, and what it did"])
     chapters_ = sorted(costs["chapters"].items(), key=lambda item: -item[1]["seconds"])
     total = sum(e["seconds"] for _, e in chapters_)
-    lines = markdown_table([{"chapter": f"`{name}`", "time": duration(e["seconds"]), "measured": e["measured"]}
-                            for name, e in chapters_], ["chapter", "time", "measured"],
-                           ["chapter", "execution at its book defaults", "measured"])
-    return (f"{commands}\n\nEach chapter's execution at its book defaults, as `make book` recorded it (one thread per "
-            f"kernel, two chapters at a time on 2 cores): {duration(total)} in all.\n\n{lines}")
+    dates = {e["measured"] for _, e in chapters_}
+    one_date = len(dates) == 1
+    cells = [(f"`{name}`", duration(e["seconds"]) + ("" if one_date else f" ({e['measured']})"))
+             for name, e in chapters_]
+    half = (len(cells) + 1) // 2  # two pages to a row, the slowest half on the left: a page per row ran 14 screens
+    rows = [{"a": a, "ta": ta, "b": b, "tb": tb}
+            for (a, ta), (b, tb) in zip(cells[:half], cells[half:] + [("", "")])]
+    lines = markdown_table(rows, ["a", "ta", "b", "tb"], ["page", "execution", "page", "execution"])
+    when = f", measured {dates.pop()}" if one_date else ", each with the date it was measured"
+    return (f"{commands}\n\nEach page's execution at its book defaults, as `make book` recorded it (one thread per "
+            f"kernel, two pages at a time on 2 cores{when}): {duration(total)} in all, slowest first.\n\n{lines}")
 
 
 def block(text: str) -> str:
