@@ -30,6 +30,7 @@ from typing import ClassVar, Iterable, Sequence
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import parameters_to_vector
 
 from dpbook.accounting import noise_multiplier
 from dpbook.data import DataSplits, load_digits, synthetic_classification
@@ -60,12 +61,13 @@ def flipped_labels(data: DataSplits, fraction: float, seed: int) -> tuple[DataSp
 
 
 def flat(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
-    """The tensors, detached and flattened, one after the other in one vector.
+    """The tensors, detached and flattened, one after the other in one vector (torch's
+    :func:`~torch.nn.utils.parameters_to_vector`, detached: the records are analysis, not part of the graph).
 
     >>> flat([torch.ones(2, 2), torch.zeros(3)]).tolist()
     [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     """
-    return torch.cat([t.detach().flatten() for t in tensors])
+    return parameters_to_vector(tensors).detach()
 
 
 @dataclass(frozen=True)
