@@ -99,8 +99,9 @@ FreeTuning(G=1)
 from __future__ import annotations
 
 __all__ = [
-    "Protocol", "FreeTuning", "Composition", "LiuTalwar", "RandomSearch", "PROTOCOLS", "make_protocol", "LT_DELTA2",
-    "lt_gamma", "lt_max_runs", "lt_expected_runs", "lt_theorem", "RUN_COUNTS", "run_count",
+    "Protocol", "FreeTuning", "Composition", "LiuTalwar", "RandomSearch", "PROTOCOLS", "protocol_label",
+    "make_protocol", "LT_DELTA2", "lt_gamma", "lt_max_runs", "lt_expected_runs", "lt_theorem", "RUN_COUNTS",
+    "run_count",
 ]
 
 import dataclasses
@@ -138,7 +139,8 @@ class Protocol:
     r"""A tuning protocol applied to a search over ``G`` grid points: how it calibrates the :math:`\sigma` of each
     run, what it charges the search, which runs it makes, and how a reproduction repeats it.
 
-    A subclass sets :attr:`name` (as the paper's tables and the result files write it) and :attr:`summary`, and is
+    A subclass sets :attr:`name` (as the paper's tables and the result files write it), :attr:`label` (as the book
+    writes it) and :attr:`summary`, and is
     registered in :data:`PROTOCOLS`. The arguments of :meth:`calibrate` are checked by its callers
     (:func:`dpbook.tuning.calibrate_sigma`).
     """
@@ -147,6 +149,8 @@ class Protocol:
 
     #: The protocol's name in the paper's tables, the result files and the command lines.
     name: ClassVar[str]
+    #: The protocol's name in the book's text, tables and legends (:func:`protocol_label`).
+    label: ClassVar[str]
     #: What it charges, in one line.
     summary: ClassVar[str]
     #: The re-run rule of a reproduction: True when tuning is free, so that the grid is trained once and its best
@@ -231,6 +235,7 @@ class FreeTuning(Protocol):
     """``"none"``: every run at the whole budget; the selection of the best of ``G > 1`` runs is not covered."""
 
     name: ClassVar[str] = "none"
+    label: ClassVar[str] = "free tuning"
     summary: ClassVar[str] = "one run at the whole budget; tuning is free (Tables IV and V)"
     free: ClassVar[bool] = True
 
@@ -263,7 +268,8 @@ class Composition(Protocol):
     """``"rdp"``: the ``G`` runs composed under RDP, as one history of ``G T`` steps (Sec. VI-B, Table III)."""
 
     name: ClassVar[str] = "rdp"
-    summary: ClassVar[str] = "G runs composed under RDP as one history of G*T steps (Sec. VI-B, Table III)"
+    label: ClassVar[str] = "RDP composition"
+    summary: ClassVar[str] = "G runs composed under RDP as one history of G·T steps (Sec. VI-B, Table III)"
 
     def calibrate(self, epsilon, delta, sample_rate, steps, accountant="rdp", epsilon_tolerance=0.01):
         try:
@@ -293,7 +299,8 @@ class LiuTalwar(Protocol):
     delta2: float = LT_DELTA2
 
     name: ClassVar[str] = "lt"
-    summary: ClassVar[str] = ("Liu-Talwar random stopping, Theorem 1 with delta_2 = 1e-20 and gamma = 1/(2G) "
+    label: ClassVar[str] = "Liu–Talwar"
+    summary: ClassVar[str] = ("Liu–Talwar random stopping, Theorem 1 with δ₂ = 10⁻²⁰ and γ = 1/(2G) "
                               "(Sec. VI-B, Table II)")
 
     def __post_init__(self):
@@ -384,7 +391,8 @@ class RandomSearch(Protocol):
     count: RunCount = field(init=False, repr=False)
 
     name: ClassVar[str] = "ps"
-    summary: ClassVar[str] = ("Papernot-Steinke random search: the best of K runs, K random with mean G "
+    label: ClassVar[str] = "Papernot–Steinke"
+    summary: ClassVar[str] = ("Papernot–Steinke random search: the best of K runs, K random with mean G "
                               "(logarithmic), under RDP")
 
     def __post_init__(self):
@@ -437,6 +445,17 @@ class RandomSearch(Protocol):
 
 #: The protocols by name, in the order of the book's tables.
 PROTOCOLS: dict[str, type[Protocol]] = {cls.name: cls for cls in (FreeTuning, Composition, LiuTalwar, RandomSearch)}
+
+
+def protocol_label(name: str) -> str:
+    """The book's name of the protocol ``name`` (its :attr:`~Protocol.label`): what tables, panel titles and legends
+    show, never the result files' key.
+
+    >>> [protocol_label(p) for p in PROTOCOLS]
+    ['free tuning', 'RDP composition', 'Liu–Talwar', 'Papernot–Steinke']
+    """
+    checks.one_of("protocol", name, PROTOCOLS)
+    return PROTOCOLS[name].label
 
 
 def make_protocol(name: str, G: int = 1, *, delta2: float = LT_DELTA2, distribution: str = "logarithmic") -> Protocol:

@@ -4,7 +4,7 @@ A :class:`Benchmark` is a setting (dataset, model, epochs, expected batch size, 
 budgets, a grid per method and a number of seeds. Its cells are filled as :mod:`dpbook.repro.reproduce` describes,
 under DC-SGD's three protocols and Papernot and Steinke's: ``"none"`` (free tuning: the best grid point re-trained
 with n seeds, as Tables IV-V), ``"rdp"``, ``"lt"`` and ``"ps"`` (the search charged to the budget by RDP
-composition, by Liu-Talwar random stopping as Tables III and II, or as the best of a random number of runs, n
+composition, by Liu–Talwar random stopping as Tables III and II, or as the best of a random number of runs, n
 independent searches each). Two benchmarks are defined:
 :data:`dpbook.repro.digits_benchmark.BENCHMARK` and :data:`dpbook.repro.mnist5k_benchmark.BENCHMARK`; ``python -m
 dpbook.repro.sweep digits`` and ``python -m dpbook.repro.sweep mnist5k`` run them.

@@ -16,7 +16,7 @@ from __future__ import annotations
 __all__ = [
     "Cells", "WORDS", "cells", "status_line", "check_complete", "complete", "values", "accuracy_table",
     "epsilon_header", "unreachable", "varied", "chosen_table", "plot_accuracy", "plot_tuning_cost", "judge",
-    "claims_markdown", "versus_baseline",
+    "claims_markdown", "difference_text", "versus_baseline",
     "against", "identical_counts", "identical_table", "histogram_noise_table",
     "setting_noise"
 ]
@@ -29,12 +29,13 @@ import numpy as np
 from matplotlib import ticker
 
 from dpbook.methods.dcsgd import run_sigma_H
+from dpbook.protocols import protocol_label
 from dpbook.repro import results
 from dpbook.repro.benchmark import CHARGED, PROTOCOLS, Benchmark
 from dpbook.repro.cast import CAST
 from dpbook.repro.claims import CLAIMS, WORDS, Claim, disagreements
 from dpbook.repro.experiment import Experiment, plan_of
-from dpbook.repro.plotting import legend_below, method_colour, method_label
+from dpbook.repro.plotting import hyperparameter_label, legend_below, method_colour, method_label
 
 Cells = Mapping[tuple[str, float, str], dict]
 
@@ -48,9 +49,28 @@ def cells(benchmark: Benchmark, results_dir=results.RESULTS_DIR, *, methods: Seq
 
 
 def status_line(the_cells: Cells) -> str:
-    """``"cells: ok 9, partial 0, not run yet 0, unreachable 3"``."""
-    return "cells: " + ", ".join(f"{s} {sum(c['status'] == s for c in the_cells.values())}"
-                                 for s in ("ok", "partial", "not run yet", "unreachable"))
+    """How many cells have results, in words; the partial, not-run and unreachable ones only when there are any.
+
+    >>> status_line({i: {"status": s} for i, s in enumerate(["ok"] * 9 + ["unreachable"] * 3)})
+    '9 of 12 cells have results; 3 are unreachable at their budget'
+    >>> status_line({i: {"status": s} for i, s in enumerate(["ok", "partial", "not run yet", "not run yet"])})
+    '1 of 4 cells have results; 1 has only some of its runs; 2 are not run yet'
+    >>> status_line({0: {"status": "ok"}, 1: {"status": "ok"}})
+    'all 2 cells have results'
+    """
+    n = collections.Counter(c["status"] for c in the_cells.values())
+    total = len(the_cells)
+    if n["ok"] == total:
+        return f"all {total} cells have results"
+    parts = [f"{n['ok']} of {total} cells have results"]
+    if n["partial"]:
+        some = "has only some of its" if n["partial"] == 1 else "have only some of their"
+        parts.append(f"{n['partial']} {some} runs")
+    if n["not run yet"]:
+        parts.append(f"{n['not run yet']} {'is' if n['not run yet'] == 1 else 'are'} not run yet")
+    if n["unreachable"]:
+        parts.append(f"{n['unreachable']} {'is' if n['unreachable'] == 1 else 'are'} unreachable at their budget")
+    return "; ".join(parts)
 
 
 def check_complete(benchmark: Benchmark, the_cells: Cells, *, seeds: int, epochs: int, command: str) -> None:
@@ -154,12 +174,13 @@ def chosen_table(the_cells: Cells, grids: Mapping[str, list], methods: Sequence[
                  epsilons: Sequence[float]) -> str:
     """The best grid point of each tuned method at each epsilon under "none" (the point re-trained): a row per
     hyperparameter the method's grid varies (:func:`varied`; the grid holds the others fixed), a column per
-    epsilon, so that the table stays narrow however many hyperparameters a method has."""
+    epsilon, so that the table stays narrow however many hyperparameters a method has; a hyperparameter is written as
+    the text writes it (:func:`dpbook.repro.plotting.hyperparameter_label`)."""
     columns = [f"eps={e:g}" for e in epsilons]
     rows = []
     for m in (m for m in methods if len(grids[m]) > 1):
         for k in varied(grids[m]):
-            row = {"method": method_label(m), "hyperparameter": f"`{k}`"}
+            row = {"method": method_label(m), "hyperparameter": hyperparameter_label(k, m)}
             for column, e in zip(columns, epsilons):
                 c = the_cells[(m, e, "none")]
                 row[column] = c["chosen"][0].get(k) if c["chosen"] else c["status"]  # markdown_table formats it
@@ -187,7 +208,7 @@ def plot_accuracy(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[f
         ax.set_xscale("log", base=2)
         ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
         ax.set_xlabel(f"privacy budget ε ({delta})")
-        ax.set_title(f"protocol '{protocol}'")
+        ax.set_title(protocol_label(protocol))
         ax.grid(alpha=0.3)
     for ax in axs[::2]:
         ax.set_ylabel("test accuracy (%), mean ± std")
@@ -227,7 +248,7 @@ def plot_tuning_cost(the_cells: Cells, grids: Mapping[str, list], methods: Seque
                 if sigma is not None:
                     axs[1].scatter(x[m, protocol], sigma, marker=marker, color=method_colour(m), s=14 + 6 * e)
     for protocol, marker in CHARGED.items():  # the legend's key to the shapes
-        axs[0].scatter([], [], marker=marker, color="0.45", label=f"charged by {protocol.upper()}")
+        axs[0].scatter([], [], marker=marker, color="0.45", label=f"charged by {protocol_label(protocol)}")
     axs[0].set(xscale="log", xlabel="grid size G (log; methods with one G side by side)",
                ylabel="accuracy lost to tuning cost (points)",
                title="free minus charged tuning\n(colour: method; shape: protocol; size grows with ε)")
@@ -261,14 +282,15 @@ def _judged(va: Sequence[float], vb: Sequence[float], expect: str, *, z: float =
 
 def judge(the_cells: Cells, epsilons: Sequence[float], claims: Sequence[Claim] = CLAIMS, *,
           z: float = 2.0) -> list[dict]:
-    """Each claim of the register at each budget the paper reports it for: the paper's difference a - b (points),
-    this benchmark's (± its standard error) and the verdict; "cannot speak" where this benchmark has no such budget
-    or no complete cell, with the reason."""
+    """Each claim of the register at each budget the paper reports it for (its text and its short form
+    :attr:`~dpbook.repro.claims.Claim.short`): the paper's difference a - b (points), this benchmark's (± its
+    standard error) and the verdict; ``cannot speak`` where this benchmark has no such budget or no complete cell,
+    with the reason."""
     rows = []
     for claim in claims:
         for e, (pa, pb) in claim.paper_values().items():
-            row = {"paper": claim.where, "claim": claim.text, "protocol": claim.protocol, "eps": f"{e:g}",
-                   "paper (points)": f"{pa - pb:+.2f}"}
+            row = {"paper": claim.where, "claim": claim.text, "a vs b": claim.short, "protocol": claim.protocol,
+                   "eps": f"{e:g}", "paper (points)": f"{pa - pb:+.2f}"}
             cell_a, cell_b = (the_cells.get((m, e, claim.protocol)) for m in (claim.a, claim.b))
             if e not in epsilons:
                 rows.append(row | {"here (points)": "", "verdict": f"cannot speak (no ε = {e:g} here)"})
@@ -282,30 +304,58 @@ def judge(the_cells: Cells, epsilons: Sequence[float], claims: Sequence[Claim] =
 
 
 def claims_markdown(rows: Sequence[Mapping]) -> str:
-    """:func:`judge`'s rows as a chapter shows them: the table of the claims judged at budgets this benchmark has,
-    a line counting the comparisons at budgets it lacks, and the claims whose paper's text and table disagree
-    (:func:`dpbook.repro.claims.disagreements`)."""
+    """:func:`judge`'s rows as a chapter shows them: a table of the claims judged at budgets this benchmark has (the
+    paper's table, as "DC-SGD IV", and the claim as "a < b"), a line counting the comparisons at budgets it lacks,
+    and a list of the claims whose paper's text words them otherwise than its table
+    (:func:`dpbook.repro.claims.disagreements`).
+
+    >>> lines = claims_markdown(judge({}, [2.0])).splitlines()
+    >>> print("\\n".join(lines[:3]))
+    | table | claim | tuning | ε | paper | here | verdict |
+    |---|---|---|---|---|---|---|
+    | DC-SGD IV | DC-SGD-E < DP-SGD | none | 2 | -1.43 |  | not run yet |
+    >>> next(line for line in lines if line.startswith("And "))
+    'And 33 comparisons at ε = 1, 3, 4, 8, which this benchmark lacks: it cannot speak to those.'
+    """
     absent = [r for r in rows if r["verdict"].startswith("cannot speak (no ε")]
-    shown = [r for r in rows if r not in absent]
-    out = results.markdown_table(shown, ["paper", "claim", "protocol", "eps", "paper (points)", "here (points)",
-                                         "verdict"],
-                                 ["paper", "claim (a − b)", "protocol", "ε", "paper (points)", "here (points)",
-                                  "verdict"])
+    shown = [r | {"table": r["paper"].replace(" Table ", " "), "verdict": r["verdict"].removesuffix(" (within noise)")}
+             for r in rows if r not in absent]
+    text = results.markdown_table(shown, ["table", "a vs b", "protocol", "eps", "paper (points)", "here (points)",
+                                          "verdict"], ["table", "claim", "tuning", "ε", "paper", "here", "verdict"])
     if absent:
         budgets = ", ".join(sorted({r["eps"] for r in absent}, key=float))
-        out += (f"\n\nAnd {len(absent)} comparison(s) at budgets the papers report and this benchmark does not have "
-                f"(ε = {budgets}): it cannot speak to those.")
-    differ = disagreements()
-    return out + ("\n\n**Where a paper's text words a comparison otherwise than its own MNIST rows show it**, the "
-                  "register tests the table; the text's words, and what the difference is:\n\n"
-                  + results.markdown_table(differ, list(differ[0])) if differ else "")
+        text += (f"\n\nAnd {len(absent)} comparisons at ε = {budgets}, which this benchmark lacks: it cannot speak "
+                 "to those.")
+    text += ("\n\n**Where a paper's text words a claim otherwise than its own MNIST rows show it**, the register tests "
+             "the table. The text's words, what the difference is, and the rows' a − b in points:\n")
+    for d in disagreements():
+        table_rows = d["the table's MNIST rows (a − b, points)"]
+        text += f"\n- **{d['where']}**, {d['tested here']}: {d['the text says']} ({d['what it is']}; {table_rows})."
+    return text
+
+
+_MARK = {1: "▲", -1: "▼", 0: "·"}
+
+
+def difference_text(d: Mapping) -> str:
+    """A :func:`dpbook.repro.results.difference` in points, ± its standard error, marked ▲ (above by more than z
+    standard errors), ▼ (below) or · (within noise); " ± " does not break, and a zero has no sign.
+
+    >>> difference_text({"diff": -0.0004, "se": 0.012, "sign": 0}).replace(chr(0xA0), " ")
+    '0.0 ± 1.2 ·'
+    >>> difference_text({"diff": 0.021, "se": 0.004, "sign": 1}).replace(chr(0xA0), " ")
+    '+2.1 ± 0.4 ▲'
+    """
+    diff = f"{100 * d['diff']:+.1f}"
+    diff = "0.0" if diff in ("+0.0", "-0.0") else diff
+    return f"{diff}{results.unbroken(' ± ')}{100 * d['se']:.1f} {_MARK[d['sign']]}"
+
 
 
 def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence[float], protocol: str, *,
                     baseline: str = "dpsgd", z: float = 2.0) -> str:
     """Every method minus the baseline under one protocol, in points ± the standard error, marked ▲ (above by more
     than z standard errors), ▼ (below) or · (within noise): a Markdown table."""
-    mark = {1: "▲", -1: "▼", 0: "·"}
     rows = []
     for m in (m for m in methods if m != baseline):
         row = {"method": method_label(m)}
@@ -314,8 +364,7 @@ def versus_baseline(the_cells: Cells, methods: Sequence[str], epsilons: Sequence
             if va is None or vb is None:
                 row[f"eps={e:g}"] = the_cells[(m, e, protocol)]["status"] if va is None else "—"
                 continue
-            d = results.difference(va, vb, z=z)
-            row[f"eps={e:g}"] = f"{100 * d['diff']:+.1f} ± {100 * d['se']:.1f} {mark[d['sign']]}"
+            row[f"eps={e:g}"] = difference_text(results.difference(va, vb, z=z))
         rows.append(row)
     key = (f"\n\nEach cell: the method's test accuracy minus {method_label(baseline)}'s, in points, ± the standard "
            f"error of the difference; ▲ above by more than {z:g} standard errors, ▼ below by more, · within noise.")
@@ -352,39 +401,57 @@ def identical_counts(the_cells: Cells, group: Sequence[str], epsilons: Sequence[
 
 
 def identical_table(the_cells: Cells, group: Sequence[str], epsilons: Sequence[float], seeds: int) -> str:
-    """:func:`identical_counts` as a Markdown table: a row per epsilon, the seeds in which the methods of ``group``
-    give identical test accuracy (a sentence saying so when ``group`` has fewer than two methods).
+    """:func:`identical_counts` as a one-row Markdown table: a column per epsilon, the seeds in which the methods of
+    ``group`` give identical test accuracy (a sentence saying so when ``group`` has fewer than two methods).
 
+    >>> same = {(m, 1.0, "none"): {"values": [0.9, v]} for m, v in (("dpsgd", 0.8), ("autos", 0.7))}
+    >>> print(identical_table(same, ["dpsgd", "autos"], [1.0], 2))
+    | seeds with identical accuracy | ε = 1 |
+    |---|---|
+    | DP-SGD, Auto-S/NSGD | 1 of 2 |
     >>> identical_table({}, ["dpsgd"], [1.0], 5)
     'The comparison needs two methods or more; this run has DP-SGD only.'
     """
     if len(group) < 2:
         has = f"{', '.join(method_label(m) for m in group)} only" if group else "none of them"
         return f"The comparison needs two methods or more; this run has {has}."
-    rows = [{"eps": f"{e:g}", "identical": f"{equal} of {seeds}"}
-            for e, equal in identical_counts(the_cells, group, epsilons, seeds).items()]
-    names = ", ".join(method_label(m) for m in group)
-    return results.markdown_table(rows, ["eps", "identical"], ["ε", f"seeds with identical accuracy ({names})"])
+    counts = identical_counts(the_cells, group, epsilons, seeds)
+    row = {"group": ", ".join(map(method_label, group)), **{e: f"{n} of {seeds}" for e, n in counts.items()}}
+    return results.markdown_table([row], ["group", *counts],
+                                  ["seeds with identical accuracy", *map(epsilon_header, counts)])
 
 
-def _histogram_noise_cells(the_cells: Cells, epsilons: Sequence[float]):
-    """DC-SGD-P's charged cells that record a sigma: (protocol, epsilon, cell, sigma_H)."""
-    for protocol in CHARGED:
-        for e in epsilons:
-            c = the_cells.get(("dcsgd-p", e, protocol))
+def histogram_noise_table(the_cells: Cells, epsilons: Sequence[float], batch_size: int, seeds: int,
+                          bins: int = 20) -> str:
+    r"""DC-SGD-P under the charged protocols, a row per epsilon and three columns per protocol: its runs'
+    :math:`\sigma`, the histogram's :math:`\sigma_H` (:func:`dpbook.methods.dcsgd.run_sigma_H`, DC-SGD Secs. V-C and
+    VI-B [DCSGD-38]) and its test accuracy over ``seeds``; under the table, the examples a bin holds on average,
+    :math:`B/n_{\text{bins}}`. A budget where no charged cell records a :math:`\sigma` has no row.
+
+    >>> runs = {("dcsgd-p", 1.0, "lt"): {"status": "ok", "values": [0.50, 0.56], "sigma": 4.0}}
+    >>> lines = histogram_noise_table(runs, [1.0, 2.0], 128, 2).splitlines()
+    >>> lines[2]
+    '| 1 |  |  |  | 4.00 | 12.00 | 53.0 ± 4.2 |  |  |  |'
+    >>> print(lines[-1].split(". ")[-1])
+    A bin holds $B/n_{\text{bins}} = 128/20 = 6.4$ examples on average.
+    """
+    columns, headers = ["eps"], ["ε"]
+    for p in CHARGED:
+        columns += [f"{p} sigma", f"{p} sigma_H", f"{p} accuracy"]
+        headers += [rf"$\sigma$ ({p.upper()})", rf"$\sigma_H$ ({p.upper()})", f"accuracy ({p.upper()})"]
+    rows = []
+    for e in epsilons:
+        row = {"eps": f"{e:g}"}
+        for p in CHARGED:
+            c = the_cells.get(("dcsgd-p", e, p))
             if c and c["sigma"]:
-                yield protocol, e, c, run_sigma_H(c["sigma"])
-
-
-def histogram_noise_table(the_cells: Cells, epsilons: Sequence[float], batch_size: int, bins: int = 20) -> str:
-    """DC-SGD-P under the charged protocols, a row per protocol and epsilon: its runs' sigma, the histogram's
-    sigma_H (``run_sigma_H``) against the examples a bin holds on average (B / b), and its accuracy."""
-    rows = [{"protocol": protocol, "eps": f"{e:g}", "sigma": f"{c['sigma']:.2f}", "sigma_H": f"{sH:.2f}",
-             "per bin": f"{batch_size / bins:.1f}", "accuracy": _cell_text(c)}
-            for protocol, e, c, sH in _histogram_noise_cells(the_cells, epsilons)]
-    return results.markdown_table(rows, ["protocol", "eps", "sigma", "sigma_H", "per bin", "accuracy"],
-                                  ["protocol", "ε", r"$\sigma$ of each run", r"$\sigma_H$ per bin",
-                                   "examples per bin ($B/b$)", "test accuracy (%)"])
+                row |= {f"{p} sigma": f"{c['sigma']:.2f}", f"{p} sigma_H": f"{run_sigma_H(c['sigma']):.2f}",
+                        f"{p} accuracy": _cell_text(c, seeds)}
+        rows += [row] if len(row) > 1 else []
+    return (results.markdown_table(rows, columns, headers)
+            + "\n\n" + "; ".join(f"{p.upper()}: {protocol_label(p)}" for p in CHARGED)
+            + f". Test accuracy (%), mean ± standard deviation over {seeds} seeds. A bin holds "
+            f"$B/n_{{\\text{{bins}}}} = {batch_size}/{bins} = {batch_size / bins:.1f}$ examples on average.")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from dpbook.repro import results
+from dpbook.repro.plotting import method_label
 
 #: expectation -> verdict for a difference a - b significantly above (+1), below (-1) or within noise (0).
 WORDS = {
@@ -32,6 +33,9 @@ WORDS = {
     "lower": {1: "contradicts", -1: "supports", 0: "cannot tell"},
     "not lower": {1: "supports", -1: "contradicts", 0: "consistent (within noise)"},
 }
+
+#: expectation -> the relation the claim states between a and b.
+_RELATIONS = {"higher": ">", "lower": "<", "not lower": "≥"}
 
 #: The expectations each sign of the paper's own difference agrees with.
 _AGREES = {1: ("higher", "not lower"), -1: ("lower",), 0: ("not lower",)}
@@ -74,6 +78,16 @@ class Claim:
     reading: str = ""
     dataset: str = "mnist"
     match: Mapping = field(default_factory=dict)
+
+    @property
+    def short(self) -> str:
+        """The claim as the chapters' tables show it: "a > b" (a above b), "a < b" (below) or "a ≥ b" (on par or
+        above), in the book's method names.
+
+        >>> CLAIMS[0].short, CLAIMS[2].short
+        ('DC-SGD-E < DP-SGD', 'Du et al. ≥ DP-SGD')
+        """
+        return f"{method_label(self.a)} {_RELATIONS[self.expect]} {method_label(self.b)}"
 
     def rows(self, every_budget: bool = False) -> dict[float, tuple[dict, dict]]:
         """epsilon -> (a's row, b's row) of the paper's table (exactly one row each), at the claim's budgets or at
@@ -146,8 +160,13 @@ CLAIMS: tuple[Claim, ...] = (
 def disagreements(claims: Sequence[Claim] = CLAIMS) -> list[dict]:
     """The claims whose paper's text words the comparison otherwise than its MNIST rows show it: what the text
     says (each of its sentences on it), the table's difference a - b at every budget it reports (points), what the
-    difference is, and what the register tests."""
+    difference is, and what the register tests (:attr:`Claim.short`, under its protocol).
+
+    >>> first = disagreements()[0]
+    >>> first["where"], first["tested here"], first["the table's MNIST rows (a − b, points)"]
+    ('DC-SGD Table IV', 'Du et al. ≥ DP-SGD (none)', 'ε = 1: -0.06, ε = 2: +0.01, ε = 4: -0.01')
+    """
     return [{"where": c.where, "the text says": "; ".join(c.says),
              "the table's MNIST rows (a − b, points)": ", ".join(
                  f"ε = {e:g}: {a - b:+.2f}" for e, (a, b) in c.paper_values(every_budget=True).items()),
-             "what it is": c.reading, "tested here": c.text} for c in claims if c.says]
+             "what it is": c.reading, "tested here": f"{c.short} ({c.protocol})"} for c in claims if c.says]

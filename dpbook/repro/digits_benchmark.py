@@ -7,7 +7,7 @@ learning rate 0.01 for every method (the DC-SGD paper's Adam protocol: eta is no
 
 Every cell is filled as :mod:`dpbook.repro.benchmark` describes, under DC-SGD's three protocols and Papernot and
 Steinke's: ``"none"`` (free tuning, the best grid point re-trained with 5 seeds, as Tables IV-V), ``"rdp"``, ``"lt"``
-and ``"ps"`` (the search charged to the budget by RDP composition, Liu-Talwar random stopping as Tables III and II,
+and ``"ps"`` (the search charged to the budget by RDP composition, Liu–Talwar random stopping as Tables III and II,
 or as the best of a random number of runs; 5 independent searches each).
 Selection uses the test accuracy, as the papers do ("the test set is treated as public"); with 360 test examples
 this favours large grids a little, which only strengthens the point the tuning-cost protocols make.

@@ -3,7 +3,8 @@ figures sized for the book's text column (panels stacked in rows, one legend out
 
 from __future__ import annotations
 
-__all__ = ["NONPRIVATE_COLOUR", "method_colour", "method_label", "axes", "Panels", "show_panels", "not_run_yet",
+__all__ = ["NONPRIVATE_COLOUR", "method_colour", "method_label", "HYPERPARAMETER_SYMBOLS",
+           "hyperparameter_label", "axes", "Panels", "show_panels", "not_run_yet",
            "PAGE_WIDTH", "panel_grid", "legend_below", "shade_styles", "SMALLEST_TEXT_KEY", "smallest_text_px",
            "book_figures"]
 
@@ -51,6 +52,29 @@ def method_label(name: str) -> str:
         return METHODS[name].declaration.label
     except KeyError:
         raise KeyError(f"no label for method {name!r}; known: {['nonprivate', *METHODS]}") from None
+
+
+#: The papers' letters (TeX, with dollars) for the hyperparameters the benchmark grids vary, by code name
+#: (:func:`hyperparameter_label` reads it).
+#:
+#: :meta hide-value:
+HYPERPARAMETER_SYMBOLS = {
+    "C": "$C$", "p": "$p$", "eta_C": r"$\eta_C$", "C_0": "$C_0$", "rho_C": r"$\rho_C$", "r": "$r$", "s": "$s$",
+    "K0": "$K_0$", "gamma0": r"$\gamma_0$", "gamma1": r"$\gamma_1$", "C_perp": r"$C_\perp$", "C_alpha": r"$C_\alpha$",
+    "C_g": "$C_g$", "C_d": "$C_d$", "restart_every": r"$T_{\text{restart}}$",
+    "restart_noise_ratio": r"$\sigma_{\text{restart}}/\sigma$"}
+
+
+def hyperparameter_label(name: str, method: str | None = None) -> str:
+    r"""A grid's hyperparameter as the text writes it (:data:`HYPERPARAMETER_SYMBOLS`; DPDR's ``s`` is its GDR
+    length, :math:`s_{\text{GDR}}`); a name without a symbol stays its code name, in backticks.
+
+    >>> hyperparameter_label("C_perp"), hyperparameter_label("s", "dpdr"), hyperparameter_label("lr")
+    ('$C_\\perp$', '$s_{\\text{GDR}}$', '`lr`')
+    """
+    if (method, name) == ("dpdr", "s"):
+        return r"$s_{\text{GDR}}$"
+    return HYPERPARAMETER_SYMBOLS.get(name, f"`{name}`")
 
 
 def axes(title: str, xlabel: str, ylabel: str, *, ax=None, figsize=(6, 4)):

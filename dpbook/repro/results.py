@@ -21,7 +21,8 @@ __all__ = [
     "provenance", "write_result", "nonprivate_keys", "REQUIRED_KEYS", "CorruptResultError", "ANALYSIS_DIR",
     "is_analysis", "read_result", "recorded", "repo_path", "shown_path", "load_results", "load_paper_table",
     "paper_rows",
-    "mean_std", "format_mean_std", "mean_std_text", "final_metric", "compare", "difference", "markdown_table"
+    "mean_std", "format_mean_std", "mean_std_text", "final_metric", "compare", "difference", "markdown_table",
+    "unbroken",
 ]
 
 import datetime as _dt
@@ -29,6 +30,7 @@ import functools
 import json
 import math
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,11 +84,17 @@ def _git_commit() -> dict:
 
 
 def device_name(device: torch.device | str) -> str:
-    """A human-readable name of the device a run used, e.g. ``"cuda: NVIDIA H100 80GB HBM3"`` or ``"cpu: x86_64"``."""
+    """A human-readable name of the device a run used, e.g. ``"cuda: NVIDIA H100 80GB HBM3"`` or
+    ``"cpu: x86_64 (2 threads)"`` (``"(1 thread)"`` for one).
+
+    >>> import re; bool(re.fullmatch(r"cpu: .+ \\((1 thread|\\d+ threads)\\)", device_name("cpu")))
+    True
+    """
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
-    return f"{device.type}: {platform.machine() or 'unknown'} ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"{device.type}: {platform.machine() or 'unknown'} ({threads} thread{'' if threads == 1 else 's'})"
 
 
 def versions() -> dict:
@@ -378,6 +386,17 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
     for row in rows:
         lines.append("| " + " | ".join(_cell_text(row.get(c, "")) for c in columns) + " |")
     return "\n".join(lines)
+
+
+def unbroken(text: str) -> str:
+    """``text`` with its spaces, and its hyphens between two letters or digits, made no-break (U+00A0, U+2011): a
+    table cell that a browser wraps only between such pieces, e.g. ``"7 ms, " + unbroken("1.72x (1.57 to 1.84)")``
+    breaks after the comma alone. A minus sign stays a minus sign.
+
+    >>> unbroken("1.000 / -0.952") == "1.000\u00a0/\u00a0-0.952", unbroken("DC-SGD-E") == "DC\u2011SGD\u2011E"
+    (True, True)
+    """
+    return re.sub(r"(?<=\w)-(?=\w)", "\u2011", text.replace(" ", "\u00a0"))
 
 
 def _cell_text(value) -> str:

@@ -267,7 +267,8 @@ class Reproduction(Chapter):
         "Table VII": Item("the candidate values of each hyperparameter", "transcribed",
                           "`data/paper/dcsgd_table7.json`; every grid of the reproduction"),
         "Fig. 1": Item("DP-SGD's accuracy over a grid of C and η (CIFAR-10, ResNet18, ε = 8, SGD)", "CPU analogue",
-                       "the heatmap of [DP-SGD from scratch](dpsgd_from_scratch.ipynb), on digits; at scale, "
+                       "the heatmap of [DP-SGD from scratch: the trade-off between clipping and noise]"
+                       "(dpsgd_from_scratch_tradeoff.ipynb), on digits; at scale, "
                        "Table V's DP-SGD cell at ε = 8 trains the same grid (with momentum 0.9) but no heatmap is "
                        "drawn of it"),
         "Fig. 2": Item("the percentile threshold from a noisy histogram, synthetic norms (R = 150)", "reproduced",

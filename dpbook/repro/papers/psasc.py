@@ -118,12 +118,12 @@ class Reproduction(Chapter):
                        "[DP-PSASC in training: the per-sample norms](psasc_in_training_norms.ipynb), on digits "
                        "[PSASC-39]; at scale left out: run mode records accuracies, not per-sample norms"),
         **{f"Fig. {n}": Item(f"gradient similarity ({data})", "CPU analogue",
-                             "[DP-PSASC in training](psasc_in_training.ipynb), on digits; at scale left out: run "
-                             "mode records no per-step gradients")
+                             "[DP-PSASC in training: the similarities](psasc_in_training_similarity.ipynb), on digits; "
+                             "at scale left out: run mode records no per-step gradients")
            for n, data in ((3, "FashionMNIST"), (4, "MNIST"), (5, "CIFAR-10"), (6, "CelebA"))},
         "Fig. 7": Item("parameter and gradient similarities (Imagenette)", "CPU analogue",
-                       "[DP-PSASC in training](psasc_in_training.ipynb), on digits, with the book's reading of "
-                       "parameter similarity [PSASC-38]; at scale left out, as Figs. 3–6"),
+                       "[DP-PSASC in training: the similarities](psasc_in_training_similarity.ipynb), on digits, "
+                       "with the book's reading of parameter similarity [PSASC-38]; at scale left out, as Figs. 3–6"),
         "Fig. 8": Item("average gradient scaling weights of DP-PSAC and DP-PSASC", "CPU analogue",
                        "[DP-PSASC in training: the scaling weights](psasc_in_training_norms.ipynb); the weight "
                        "functions in [The weight functions](psasc_weights.ipynb)"),
