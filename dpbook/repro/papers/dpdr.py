@@ -334,7 +334,8 @@ class Reproduction(Chapter):
 
     def caption(self) -> str:
         table1 = paper_tables()[0]
-        return f"**{table1['title']}** ({table1['source']}; {table1['statistic']})\n\n"
+        title = table1["title"].replace("paramter", "paramter [sic]")  # the paper's typo, quoted verbatim
+        return f"**{title}** ({table1['source']}; {table1['statistic']})\n\n"
 
     def figure_runs(self) -> list[Experiment]:
         """Fig. 6's points (``run_figure6``) once they exist, when fig_dataset and fig6_epsilon are selected."""
