@@ -22,7 +22,7 @@ __all__ = [
     "is_analysis", "read_result", "recorded", "repo_path", "shown_path", "load_results", "load_paper_table",
     "paper_rows",
     "mean_std", "format_mean_std", "mean_std_text", "final_metric", "compare", "difference", "markdown_table",
-    "unbroken",
+    "unbroken", "power_of_ten",
 ]
 
 import datetime as _dt
@@ -397,6 +397,16 @@ def unbroken(text: str) -> str:
     (True, True)
     """
     return re.sub(r"(?<=\w)-(?=\w)", "\u2011", text.replace(" ", "\u00a0"))
+
+
+def power_of_ten(x: float) -> str:
+    r"""``x`` as TeX (without the dollars) in powers of ten, as the book writes a small :math:`\delta`.
+
+    >>> power_of_ten(1e-5), power_of_ten(0.00025)
+    ('10^{-5}', '2.5\\times10^{-4}')
+    """
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return ("" if float(mantissa) == 1 else rf"{float(mantissa):g}\times") + f"10^{{{int(exponent)}}}"
 
 
 def _cell_text(value) -> str:
